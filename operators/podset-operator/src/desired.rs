@@ -1,0 +1,442 @@
+//! Pure builders: the pod a PodSet wants, which pods to create or delete, and the status
+//! that describes what was observed. No client here; unit-tested below.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{
+        Capabilities, Container, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
+    },
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
+use kube::ResourceExt;
+use shared::conditions::{new_condition, set_condition};
+
+use crate::{
+    OPERATOR,
+    api::{DEFAULT_IMAGE, PodSet, PodSetStatus},
+};
+
+/// Label carrying the PodSet's name (as in the original operator).
+pub const APP_LABEL: &str = "app";
+/// Label carrying the pod template version (as in the original operator).
+pub const VERSION_LABEL: &str = "version";
+/// Value of [`VERSION_LABEL`].
+pub const VERSION: &str = "v0.1";
+/// The non-root user the pods run as (`nobody`).
+pub const POD_USER: i64 = 65534;
+
+/// Labels of every pod of `ps`: `app`, `version` and the `app.kubernetes.io/*` set.
+#[must_use]
+pub fn pod_labels(ps: &PodSet) -> BTreeMap<String, String> {
+    let name = ps.name_any();
+    let mut labels = shared::apply::standard_labels("podset", &name, OPERATOR.name);
+    labels.insert(APP_LABEL.to_owned(), name);
+    labels.insert(VERSION_LABEL.to_owned(), VERSION.to_owned());
+    labels
+}
+
+/// The label selector of the pods of `ps` (for `status.selector` and the scale subresource).
+#[must_use]
+pub fn selector(ps: &PodSet) -> String {
+    format!(
+        "{APP_LABEL}={},app.kubernetes.io/instance={},app.kubernetes.io/managed-by={}",
+        ps.name_any(),
+        ps.name_any(),
+        OPERATOR.name
+    )
+}
+
+/// One pod of `ps`: named `<podset>-pod-<random>`, controlled by `ps`, running `sleep 3600`
+/// under the `restricted` Pod Security Standard with a read-only root filesystem.
+#[must_use]
+pub fn desired_pod(ps: &PodSet, owner: OwnerReference, default_image: &str) -> Pod {
+    let image = ps
+        .spec
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| {
+            if default_image.is_empty() {
+                DEFAULT_IMAGE.to_owned()
+            } else {
+                default_image.to_owned()
+            }
+        });
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-pod-", ps.name_any())),
+            namespace: ps.namespace(),
+            labels: Some(pod_labels(ps)),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            automount_service_account_token: Some(false),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(POD_USER),
+                run_as_group: Some(POD_USER),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_owned(),
+                    ..SeccompProfile::default()
+                }),
+                ..PodSecurityContext::default()
+            }),
+            containers: vec![Container {
+                name: "busybox".to_owned(),
+                image: Some(image),
+                command: Some(vec!["sleep".to_owned(), "3600".to_owned()]),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    read_only_root_filesystem: Some(true),
+                    run_as_non_root: Some(true),
+                    capabilities: Some(Capabilities {
+                        drop: Some(vec!["ALL".to_owned()]),
+                        ..Capabilities::default()
+                    }),
+                    ..SecurityContext::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Whether a pod counts as one of the replicas: not terminating, phase Pending or Running.
+#[must_use]
+pub fn is_active(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            None | Some("Pending" | "Running")
+        )
+}
+
+/// Whether the pod's Ready condition is True.
+#[must_use]
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn is_pending(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        None | Some("Pending")
+    )
+}
+
+/// What to do to reach `spec.replicas`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Pods to create.
+    pub create: usize,
+    /// Names of the pods to delete, in order.
+    pub delete: Vec<String>,
+}
+
+/// Decides creates/deletes from the active pods `ps` controls. Scale-down deletes Pending
+/// pods before Running ones, then the newest first (the oldest have proven themselves).
+#[must_use]
+pub fn plan(ps: &PodSet, active: &[&Pod]) -> Plan {
+    let want = usize::try_from(ps.spec.replicas.max(0)).unwrap_or(0);
+    let have = active.len();
+    if have < want {
+        return Plan {
+            create: want - have,
+            delete: Vec::new(),
+        };
+    }
+    let mut victims: Vec<&Pod> = active.to_vec();
+    victims.sort_by(|a, b| {
+        is_pending(b)
+            .cmp(&is_pending(a))
+            .then_with(|| {
+                b.metadata
+                    .creation_timestamp
+                    .cmp(&a.metadata.creation_timestamp)
+            })
+            .then_with(|| b.name_any().cmp(&a.name_any()))
+    });
+    Plan {
+        create: 0,
+        delete: victims
+            .into_iter()
+            .take(have - want)
+            .map(ResourceExt::name_any)
+            .collect(),
+    }
+}
+
+/// The status describing `active` pods of `ps`, keeping `lastTransitionTime` of unchanged
+/// conditions. `create_error` is the message of a failed create (makes `Degraded` True);
+/// `writes_pending` says creates/deletes are in flight.
+#[must_use]
+pub fn status(
+    ps: &PodSet,
+    active: &[&Pod],
+    writes_pending: bool,
+    create_error: Option<&str>,
+    now: jiff::Timestamp,
+) -> PodSetStatus {
+    let generation = ps.metadata.generation;
+    let want = ps.spec.replicas.max(0);
+    let replicas = i32::try_from(active.len()).unwrap_or(i32::MAX);
+    let ready = i32::try_from(active.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
+    let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
+    pod_names.sort();
+
+    let old = ps.status.clone().unwrap_or_default();
+    let mut conditions = old.conditions.clone();
+    let counts = format!("{ready}/{want} pods ready");
+    let all_ready = replicas == want && ready == want && !writes_pending;
+    set_condition(
+        &mut conditions,
+        if all_ready {
+            new_condition(
+                "Ready",
+                true,
+                "AllPodsReady",
+                counts.clone(),
+                generation,
+                now,
+            )
+        } else {
+            new_condition(
+                "Ready",
+                false,
+                "PodsNotReady",
+                counts.clone(),
+                generation,
+                now,
+            )
+        },
+    );
+    let (progressing, reason, message) = if replicas < want {
+        (
+            true,
+            "ScalingUp",
+            format!("{replicas} of {want} pods exist"),
+        )
+    } else if replicas > want {
+        (
+            true,
+            "ScalingDown",
+            format!("{replicas} pods exist, {want} wanted"),
+        )
+    } else if ready < want || writes_pending {
+        (true, "WaitingForPods", counts)
+    } else {
+        (
+            false,
+            "ScalingComplete",
+            format!("{want} pods running and ready"),
+        )
+    };
+    set_condition(
+        &mut conditions,
+        new_condition("Progressing", progressing, reason, message, generation, now),
+    );
+    let degraded = match create_error {
+        Some(msg) => new_condition(
+            "Degraded",
+            true,
+            "FailedCreate",
+            format!("cannot create pods: {msg}"),
+            generation,
+            now,
+        ),
+        None => new_condition(
+            "Degraded",
+            false,
+            "AsExpected",
+            "pods can be created",
+            generation,
+            now,
+        ),
+    };
+    set_condition(&mut conditions, degraded);
+
+    PodSetStatus {
+        replicas,
+        ready_replicas: ready,
+        pod_names,
+        selector: selector(ps),
+        observed_generation: generation,
+        conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::api::PodSetSpec;
+    use k8s_openapi::{
+        api::core::v1::{PodCondition, PodStatus},
+        apimachinery::pkg::apis::meta::v1::Time,
+    };
+    use shared::conditions::{find, is_true};
+
+    fn podset(replicas: i32) -> PodSet {
+        let mut ps = PodSet::new(
+            "demo",
+            PodSetSpec {
+                replicas,
+                image: None,
+            },
+        );
+        ps.metadata.namespace = Some("ns".into());
+        ps.metadata.uid = Some("uid-1".into());
+        ps.metadata.generation = Some(3);
+        ps
+    }
+
+    fn pod(name: &str, phase: &str, ready: bool, created: i64) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                creation_timestamp: Some(Time(jiff::Timestamp::from_second(created).unwrap())),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(s).unwrap()
+    }
+
+    #[test]
+    fn pod_is_restricted_and_owned() {
+        let ps = podset(1);
+        let owner = shared::apply::owner_reference(&ps).unwrap();
+        let p = desired_pod(&ps, owner, "mirror.local/busybox:1");
+        assert_eq!(p.metadata.generate_name.as_deref(), Some("demo-pod-"));
+        let labels = p.metadata.labels.clone().unwrap();
+        assert_eq!(labels["app"], "demo");
+        assert_eq!(labels["version"], "v0.1");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "podset-operator");
+        let orefs = p.metadata.owner_references.clone().unwrap();
+        assert_eq!(orefs[0].uid, "uid-1");
+        assert_eq!(orefs[0].controller, Some(true));
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let psc = spec.security_context.unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let c = &spec.containers[0];
+        assert_eq!(c.image.as_deref(), Some("mirror.local/busybox:1"));
+        assert_eq!(c.command.clone().unwrap(), ["sleep", "3600"]);
+        let sc = c.security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+    }
+
+    #[test]
+    fn image_precedence() {
+        let mut ps = podset(1);
+        let owner = shared::apply::owner_reference(&ps).unwrap();
+        assert_eq!(
+            desired_pod(&ps, owner.clone(), "").spec.unwrap().containers[0]
+                .image
+                .as_deref(),
+            Some("busybox")
+        );
+        ps.spec.image = Some("custom:2".into());
+        assert_eq!(
+            desired_pod(&ps, owner, "other").spec.unwrap().containers[0]
+                .image
+                .as_deref(),
+            Some("custom:2")
+        );
+    }
+
+    #[test]
+    fn plan_scales_up_and_down() {
+        let a = pod("a", "Running", true, 1);
+        let b = pod("b", "Running", true, 3);
+        let c = pod("c", "Pending", false, 2);
+        assert_eq!(
+            plan(&podset(5), &[&a, &b]),
+            Plan {
+                create: 3,
+                delete: vec![]
+            }
+        );
+        assert_eq!(plan(&podset(2), &[&a, &b]), Plan::default());
+        // Pending first, then newest first.
+        assert_eq!(plan(&podset(1), &[&a, &b, &c]).delete, ["c", "b"]);
+        assert_eq!(plan(&podset(0), &[&a, &b, &c]).delete, ["c", "b", "a"]);
+    }
+
+    #[test]
+    fn active_pods() {
+        let mut gone = pod("x", "Running", true, 1);
+        gone.metadata.deletion_timestamp = Some(Time(t(5)));
+        assert!(!is_active(&gone));
+        assert!(!is_active(&pod("y", "Succeeded", false, 1)));
+        assert!(!is_active(&pod("y", "Failed", false, 1)));
+        assert!(is_active(&pod("z", "Pending", false, 1)));
+    }
+
+    #[test]
+    fn status_and_conditions() {
+        let a = pod("a", "Running", true, 1);
+        let b = pod("b", "Pending", false, 2);
+        let mut ps = podset(2);
+        let s = status(&ps, &[&b, &a], false, None, t(100));
+        assert_eq!((s.replicas, s.ready_replicas), (2, 1));
+        assert_eq!(s.pod_names, ["a", "b"]);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(
+            s.selector,
+            "app=demo,app.kubernetes.io/instance=demo,app.kubernetes.io/managed-by=podset-operator"
+        );
+        assert!(!is_true(&s.conditions, "Ready"));
+        assert!(is_true(&s.conditions, "Progressing"));
+        assert!(!is_true(&s.conditions, "Degraded"));
+
+        ps.status = Some(s);
+        let b_ready = pod("b", "Running", true, 2);
+        let s2 = status(&ps, &[&a, &b_ready], false, None, t(200));
+        assert!(is_true(&s2.conditions, "Ready"));
+        assert_eq!(
+            find(&s2.conditions, "Ready").unwrap().last_transition_time,
+            Time(t(200))
+        );
+        assert_eq!(
+            find(&s2.conditions, "Degraded")
+                .unwrap()
+                .last_transition_time,
+            Time(t(100))
+        );
+        assert!(!is_true(&s2.conditions, "Progressing"));
+
+        // Same observation again: identical status, so no write.
+        ps.status = Some(s2.clone());
+        assert_eq!(status(&ps, &[&a, &b_ready], false, None, t(300)), s2);
+
+        let s3 = status(&ps, &[&a], false, Some("forbidden: exceeded quota"), t(400));
+        assert!(is_true(&s3.conditions, "Degraded"));
+        assert_eq!(
+            find(&s3.conditions, "Degraded").unwrap().reason,
+            "FailedCreate"
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! The PodSet operator: keeps `spec.replicas` pods of each `PodSet` running.
+//!
+//! Data flow: a PodSet or one of its pods changes -> [`reconcile::reconcile`] reads the
+//! cached pods it controls -> [`desired::plan`] decides what to create or delete (pure)
+//! -> pods are created/deleted (tracked by [`expectations`] until the watch sees them)
+//! -> [`desired::status`] summarises the pods -> the status subresource is patched if it changed.
+
+pub mod api;
+pub mod desired;
+pub mod expectations;
+pub mod reconcile;
+
+pub use api::{PodSet, PodSetSpec, PodSetStatus};
+
+/// Names of this operator (binary, field manager, events, metrics label).
+pub const OPERATOR: shared::Operator = shared::Operator {
+    name: "podset-operator",
+    controller: "podset",
+};

@@ -1,0 +1,280 @@
+//! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
+//!
+//! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
+//! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop.
+
+use std::{sync::Arc, time::Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::{Controller, controller::Action, watcher},
+};
+use shared::{
+    Scope, Toolkit,
+    apply::{is_controlled_by, is_subset, owner_reference, patch_status},
+    conditions::find,
+    namespaces::ScopedStores,
+};
+
+use crate::{
+    api::PodSet,
+    desired,
+    expectations::{Cached, Expectations},
+};
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A helper of the common crate failed.
+    #[error(transparent)]
+    Shared(#[from] shared::Error),
+    /// Pods could not be created (quota, admission, invalid image name, ...).
+    #[error("cannot create pods: {0}")]
+    CreatePods(String),
+}
+
+impl shared::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Shared(e) => e.metric_label(),
+            Error::CreatePods(_) => "create_pods",
+        }
+    }
+}
+
+/// State shared by every reconcile.
+#[derive(Debug)]
+pub struct Context {
+    /// Client, events, metrics.
+    pub toolkit: Toolkit,
+    /// The pod caches, one per watched scope.
+    pub pods: ScopedStores<Pod>,
+    /// Pod creates/deletes in flight.
+    pub expectations: Arc<Expectations>,
+    /// Image used when `spec.image` is unset (`PODSET_IMAGE`, else `busybox`).
+    pub default_image: String,
+}
+
+impl Context {
+    /// A context; `default_image` comes from `PODSET_IMAGE`.
+    #[must_use]
+    pub fn new(toolkit: Toolkit, default_image: Option<String>) -> Self {
+        Self {
+            toolkit,
+            pods: ScopedStores::default(),
+            expectations: Arc::new(Expectations::default()),
+            default_image: default_image
+                .filter(|i| !i.is_empty())
+                .unwrap_or_else(|| crate::api::DEFAULT_IMAGE.to_owned()),
+        }
+    }
+}
+
+/// The controller of one scope: PodSets, and every pod in the scope (ownership is decided
+/// by the controller owner reference's UID, not by labels, so a pod whose labels were
+/// edited is still found and repaired).
+pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
+    let (pods, pod_events) = scope.reflect::<Pod>(watcher::Config::default());
+    ctx.pods.insert(scope, pods);
+    let expectations = ctx.expectations.clone();
+    let pod_events = pod_events.inspect(move |event| {
+        if let Ok(pod) = event
+            && let Some(owner) = pod
+                .owner_references()
+                .iter()
+                .find(|r| r.controller == Some(true))
+        {
+            expectations.observe(
+                &owner.uid,
+                &pod.name_any(),
+                pod.metadata.deletion_timestamp.is_some(),
+            );
+        }
+    });
+    scope
+        .controller::<PodSet>(watcher::Config::default())
+        .owns_stream(pod_events)
+}
+
+/// Brings the pods of one PodSet to `spec.replicas` and records what it saw in the status.
+///
+/// # Errors
+/// [`Error`] on API failures; the runner retries with per-object backoff.
+pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let (Some(ns), Some(uid)) = (ps.namespace(), ps.uid()) else {
+        return Ok(Action::await_change());
+    };
+    if ps.metadata.deletion_timestamp.is_some() {
+        // Garbage collection removes the pods through their owner references.
+        ctx.expectations.forget(&uid);
+        return Ok(Action::await_change());
+    }
+    let client = ctx.toolkit.client.clone();
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let owned = ctx.pods.in_namespace(&ns, |p| is_controlled_by(p, &uid));
+    let cached = |name: &str| match owned.iter().find(|p| p.name_any() == name) {
+        None => Cached::Absent,
+        Some(p) if p.metadata.deletion_timestamp.is_some() => Cached::Terminating,
+        Some(_) => Cached::Present,
+    };
+    let active: Vec<&Pod> = owned
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| desired::is_active(p))
+        .collect();
+
+    // Repair labels someone edited on our pods (ownership is by UID; the labels keep the
+    // scale selector and `kubectl get -l app=...` truthful).
+    repair_labels(&ps, &active, &pod_api, ctx.toolkit.operator.name).await?;
+
+    let mut create_error = None;
+    let mut acted = false;
+    let satisfied = ctx.expectations.satisfied(&uid, cached, Instant::now());
+    if satisfied {
+        let plan = desired::plan(&ps, &active);
+        acted = plan.create > 0 || !plan.delete.is_empty();
+        if plan.create > 0 {
+            tracing::info!(create = plan.create, "scaling up");
+            let owner = owner_reference(ps.as_ref())?;
+            let pod = desired::desired_pod(&ps, owner, &ctx.default_image);
+            for _ in 0..plan.create {
+                match pod_api
+                    .create(
+                        &PostParams {
+                            field_manager: Some(ctx.toolkit.operator.name.to_owned()),
+                            ..PostParams::default()
+                        },
+                        &pod,
+                    )
+                    .await
+                {
+                    Ok(created) => ctx.expectations.created(
+                        &uid,
+                        &created.name_any(),
+                        |n| {
+                            if ctx.pods.in_namespace(&ns, |p| p.name_any() == n).is_empty() {
+                                Cached::Absent
+                            } else {
+                                Cached::Present
+                            }
+                        },
+                        Instant::now(),
+                    ),
+                    // A namespace being deleted refuses new pods; nothing to do.
+                    Err(kube::Error::Api(s))
+                        if s.code == 403
+                            && s.reason == "Forbidden"
+                            && s.message.contains("being terminated") =>
+                    {
+                        return Ok(Action::await_change());
+                    }
+                    Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
+                        create_error = Some(s.message.clone());
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        for name in &plan.delete {
+            tracing::info!(pod = %name, "scaling down: deleting pod");
+            ctx.expectations.deleting(&uid, name, Instant::now());
+            match pod_api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    ctx.expectations.delete_failed(&uid, name);
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    let writes_pending = !satisfied || acted;
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let new_status = desired::status(&ps, &active, writes_pending, create_error.as_deref(), now);
+    let api: Api<PodSet> = Api::namespaced(client, &ns);
+    let old_conditions = ps
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if patch_status(&api, ps.as_ref(), ps.status.as_ref(), &new_status).await? {
+        // Announce Ready and Degraded transitions (not the initial Degraded=False).
+        let announced = |cs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+                         old: bool| {
+            cs.iter()
+                .filter(|c| {
+                    c.type_ == "Ready"
+                        || (c.type_ == "Degraded"
+                            && (old
+                                || c.status == "True"
+                                || find(&old_conditions, "Degraded").is_some()))
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        ctx.toolkit
+            .events
+            .condition_transitions(
+                ps.as_ref(),
+                &announced(&old_conditions, true),
+                &announced(&new_status.conditions, false),
+                &[],
+            )
+            .await;
+    }
+    if let Some(msg) = create_error {
+        return Err(Error::CreatePods(msg));
+    }
+    if !satisfied {
+        // Re-check once the expectations would time out, in case a watch event was lost.
+        return Ok(Action::requeue(ctx.expectations.timeout()));
+    }
+    Ok(Action::await_change())
+}
+
+/// Re-applies our labels (server-side apply of `metadata.labels` only) on active pods
+/// whose labels drifted.
+async fn repair_labels(
+    ps: &PodSet,
+    active: &[&Pod],
+    api: &Api<Pod>,
+    manager: &str,
+) -> Result<(), Error> {
+    let labels = desired::pod_labels(ps);
+    let want = serde_json::json!({ "metadata": { "labels": labels } });
+    for pod in active {
+        let actual = serde_json::to_value(pod).unwrap_or_default();
+        if is_subset(&want, &actual) {
+            continue;
+        }
+        tracing::info!(pod = %pod.name_any(), "restoring edited pod labels");
+        let patch = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": { "name": pod.name_any(), "labels": labels },
+        });
+        match api
+            .patch(
+                &pod.name_any(),
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

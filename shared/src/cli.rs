@@ -1,0 +1,414 @@
+//! The command line every operator shares: `<operator> run` (the default) and
+//! `<operator> crd`, with the flag names of a kubebuilder-generated manager.
+
+use std::{net::SocketAddr, str::FromStr, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::namespaces::WatchNamespaces;
+
+/// The command line of an operator binary.
+#[derive(Debug, Clone, Parser)]
+#[command(version, about, args_conflicts_with_subcommands = false)]
+pub struct Cli {
+    /// What to do; `run` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Flags of `run`, also accepted without the subcommand (as a kubebuilder manager takes them).
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the operator (the default).
+    Run,
+    /// Print the CustomResourceDefinition as YAML on stdout.
+    Crd,
+}
+
+impl Cli {
+    /// Parses the process arguments, naming the program `name` in help and errors.
+    #[must_use]
+    pub fn parse_for(name: &'static str) -> Self {
+        Self::parse_from_for(name, std::env::args_os())
+    }
+
+    /// Parses `args` (the first one is the program name); exits with a usage message on error.
+    pub fn parse_from_for<I, T>(name: &'static str, args: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        match Self::try_parse_from_for(name, args) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    }
+
+    /// Parses `args` (the first one is the program name).
+    ///
+    /// # Errors
+    /// A clap error describing the bad flag.
+    pub fn try_parse_from_for<I, T>(name: &'static str, args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = <Self as CommandFactory>::command()
+            .name(name)
+            .bin_name(name)
+            .try_get_matches_from(args)?;
+        Self::from_arg_matches(&matches)
+    }
+
+    /// The subcommand, defaulting to `run`.
+    #[must_use]
+    pub fn subcommand(&self) -> Command {
+        self.command.clone().unwrap_or(Command::Run)
+    }
+}
+
+/// Flags of `run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Enable leader election, so only one replica reconciles at a time.
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
+    pub leader_elect: bool,
+
+    /// Name of the Lease used for leader election (default: `<operator>-leader`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub leader_election_id: Option<String>,
+
+    /// Namespace of the leader-election Lease (default: the pod's own namespace, else `default`).
+    #[arg(long, global = true, value_name = "NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// How leadership is held.
+    #[arg(long, global = true, value_enum, default_value_t = LeaderElectionMode::Lease)]
+    pub leader_election_mode: LeaderElectionMode,
+
+    /// How long a Lease stays valid without renewal (non-leaders wait this long before taking over).
+    #[arg(long = "leader-elect-lease-duration", global = true, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// How long the leader keeps retrying to renew before it gives up leadership.
+    #[arg(long = "leader-elect-renew-deadline", global = true, default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+
+    /// How often candidates try to acquire and the leader renews.
+    #[arg(long = "leader-elect-retry-period", global = true, default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+
+    /// Address of the Prometheus `/metrics` endpoint (`:8080` = all interfaces; `0` disables it).
+    #[arg(long, global = true, default_value = ":8080", value_parser = BindAddress::parse, value_name = "ADDR")]
+    pub metrics_bind_address: BindAddress,
+
+    /// Address of the `/healthz` and `/readyz` endpoints (`0` disables them).
+    #[arg(long, global = true, default_value = ":8081", value_parser = BindAddress::parse, value_name = "ADDR")]
+    pub health_probe_bind_address: BindAddress,
+
+    /// How many objects of the primary kind are reconciled at once, per watched namespace
+    /// (one object is never reconciled twice at once).
+    #[arg(long, global = true, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_reconciles: u16,
+
+    /// Namespaces to watch: empty = all, `a` = one, `a,b` = several. Nothing outside is read or touched.
+    #[arg(
+        long,
+        global = true,
+        env = "WATCH_NAMESPACE",
+        default_value = "",
+        hide_default_value = true,
+        value_name = "NAMESPACES"
+    )]
+    pub watch_namespace: WatchNamespaces,
+
+    /// Log format.
+    #[arg(long, visible_alias = "zap-encoder", global = true, value_parser = parse_log_format, value_name = "json|text")]
+    pub log_format: Option<LogFormat>,
+
+    /// Log level or tracing filter (`info`, `debug`, `warn,podset_operator=debug`); RUST_LOG wins over it.
+    #[arg(
+        long,
+        visible_alias = "zap-log-level",
+        global = true,
+        value_name = "LEVEL"
+    )]
+    pub log_level: Option<String>,
+
+    /// Development logging defaults (text format, debug level), as zap's development mode.
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
+    pub zap_devel: bool,
+}
+
+/// A listen address; `None` when disabled with `0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
+
+impl BindAddress {
+    fn parse(s: &str) -> Result<Self, String> {
+        parse_bind_address(s).map(BindAddress)
+    }
+}
+
+/// How leadership is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LeaderElectionMode {
+    /// A `coordination.k8s.io/v1` Lease, renewed while leading (controller-runtime's way).
+    Lease,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable text (zap's `console`).
+    Text,
+}
+
+impl RunArgs {
+    /// The log format, after `--zap-devel` defaults (json otherwise, as a zap production logger).
+    #[must_use]
+    pub fn effective_log_format(&self) -> LogFormat {
+        self.log_format.unwrap_or(if self.zap_devel {
+            LogFormat::Text
+        } else {
+            LogFormat::Json
+        })
+    }
+
+    /// The tracing filter directive from the flags (RUST_LOG is applied by [`crate::telemetry`]).
+    #[must_use]
+    pub fn effective_log_level(&self) -> String {
+        match self.log_level.as_deref() {
+            Some(level) => zap_level_to_directive(level),
+            None if self.zap_devel => "debug".to_owned(),
+            None => "info".to_owned(),
+        }
+    }
+
+    /// The namespace of the leader-election Lease: the flag, else the pod's own namespace, else `default`.
+    #[must_use]
+    pub fn leader_election_namespace(&self) -> String {
+        self.leader_election_namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .or_else(own_namespace)
+            .unwrap_or_else(|| "default".to_owned())
+    }
+
+    /// The name of the leader-election Lease: the flag, else `<operator>-leader`.
+    #[must_use]
+    pub fn leader_election_id(&self, operator: &str) -> String {
+        self.leader_election_id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("{operator}-leader"))
+    }
+}
+
+/// The namespace this pod runs in: `POD_NAMESPACE`, else the service account's namespace file.
+fn own_namespace() -> Option<String> {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .map(|ns| ns.trim().to_owned())
+        .filter(|ns| !ns.is_empty())
+}
+
+/// zap levels are names or integers (`-1`/`2` etc. = more verbose); tracing has no levels
+/// below `trace`, so every negative number means `debug` or `trace`.
+fn zap_level_to_directive(level: &str) -> String {
+    match level.trim() {
+        "panic" | "dpanic" | "fatal" => "error".to_owned(),
+        "warning" => "warn".to_owned(),
+        n if n.parse::<i64>().is_ok() => match n.parse::<i64>().unwrap_or(0) {
+            i64::MIN..=-2 => "trace".to_owned(),
+            -1 => "debug".to_owned(),
+            0 => "info".to_owned(),
+            1 => "warn".to_owned(),
+            _ => "error".to_owned(),
+        },
+        other => other.to_owned(),
+    }
+}
+
+/// Parses `json`, `text` or zap's `console`.
+fn parse_log_format(s: &str) -> Result<LogFormat, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "json" => Ok(LogFormat::Json),
+        "text" | "console" => Ok(LogFormat::Text),
+        other => Err(format!(
+            "unknown log format `{other}`: use json or text (console)"
+        )),
+    }
+}
+
+/// Parses a Go-style listen address: `:8080` (all interfaces), `127.0.0.1:8080`,
+/// `[::1]:8080`, `localhost:8080`; `0` (or empty) disables the server (`None`).
+///
+/// # Errors
+/// A message saying what shape is expected (clap prefixes it with the flag's name).
+pub fn parse_bind_address(s: &str) -> Result<Option<SocketAddr>, String> {
+    let s = s.trim();
+    if s.is_empty() || s == "0" {
+        return Ok(None);
+    }
+    let bad =
+        || format!("`{s}` is not a listen address: use `:PORT`, `HOST:PORT`, or `0` to disable");
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip = match host {
+        "" | "0.0.0.0" => std::net::IpAddr::from([0, 0, 0, 0]),
+        "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
+        other => std::net::IpAddr::from_str(other).map_err(|_| bad())?,
+    };
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+/// Parses `15s`, `500ms`, `2m`, `1h` or a plain number of seconds.
+///
+/// # Errors
+/// A message naming the accepted units.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("`{s}` is not a duration: use e.g. 15s, 500ms, 2m");
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        let mut all = vec!["op"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from_for("op", all).unwrap()
+    }
+
+    #[test]
+    fn defaults_match_kubebuilder() {
+        // SAFETY of the test: WATCH_NAMESPACE is not set in the test environment.
+        let cli = parse(&[]);
+        assert!(matches!(cli.subcommand(), Command::Run));
+        let a = cli.run;
+        assert!(!a.leader_elect);
+        assert_eq!(
+            a.metrics_bind_address.0,
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(
+            a.health_probe_bind_address.0,
+            Some("0.0.0.0:8081".parse().unwrap())
+        );
+        assert_eq!(a.lease_duration, Duration::from_secs(15));
+        assert_eq!(a.renew_deadline, Duration::from_secs(10));
+        assert_eq!(a.retry_period, Duration::from_secs(2));
+        assert_eq!(a.max_concurrent_reconciles, 4);
+        assert_eq!(a.effective_log_format(), LogFormat::Json);
+        assert_eq!(a.effective_log_level(), "info");
+        assert_eq!(
+            a.leader_election_id("podset-operator"),
+            "podset-operator-leader"
+        );
+        assert_eq!(a.leader_election_mode, LeaderElectionMode::Lease);
+    }
+
+    #[test]
+    fn subcommands_and_flags_in_both_positions() {
+        assert!(matches!(parse(&["crd"]).subcommand(), Command::Crd));
+        let a = parse(&["run", "--leader-elect", "--metrics-bind-address=0"]).run;
+        assert!(a.leader_elect);
+        assert_eq!(a.metrics_bind_address.0, None);
+        let a = parse(&["--leader-elect=false", "run"]).run;
+        assert!(!a.leader_elect);
+        let a = parse(&["--leader-elect=true", "--watch-namespace", "a,b"]).run;
+        assert!(a.leader_elect);
+        assert_eq!(
+            a.watch_namespace,
+            WatchNamespaces::Many(vec!["a".into(), "b".into()])
+        );
+    }
+
+    #[test]
+    fn zap_aliases() {
+        let a = parse(&["--zap-log-level", "debug", "--zap-encoder", "console"]).run;
+        assert_eq!(a.effective_log_level(), "debug");
+        assert_eq!(a.effective_log_format(), LogFormat::Text);
+        let a = parse(&["--zap-devel"]).run;
+        assert_eq!(a.effective_log_format(), LogFormat::Text);
+        assert_eq!(a.effective_log_level(), "debug");
+        let a = parse(&["--zap-log-level=2"]).run;
+        assert_eq!(a.effective_log_level(), "error");
+        let a = parse(&["--log-format", "json", "--log-level", "warn,kube=debug"]).run;
+        assert_eq!(a.effective_log_format(), LogFormat::Json);
+        assert_eq!(a.effective_log_level(), "warn,kube=debug");
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        let err = Cli::try_parse_from_for("op", ["op", "--metrics-bind-address", "nonsense"])
+            .unwrap_err();
+        assert!(err.to_string().contains("--metrics-bind-address"), "{err}");
+        let err = Cli::try_parse_from_for("op", ["op", "--watch-namespace", "Bad_NS"]).unwrap_err();
+        assert!(err.to_string().contains("WATCH_NAMESPACE"), "{err}");
+        let err = Cli::try_parse_from_for("op", ["op", "--log-format", "xml"]).unwrap_err();
+        assert!(err.to_string().contains("--log-format"), "{err}");
+        assert!(Cli::try_parse_from_for("op", ["op", "--max-concurrent-reconciles", "0"]).is_err());
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert_eq!(parse_bind_address("0").unwrap(), None);
+        assert_eq!(parse_bind_address("").unwrap(), None);
+        assert_eq!(
+            parse_bind_address(":9090").unwrap(),
+            Some("0.0.0.0:9090".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind_address("127.0.0.1:1").unwrap(),
+            Some("127.0.0.1:1".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind_address("localhost:80").unwrap(),
+            Some("127.0.0.1:80".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind_address("[::1]:8080").unwrap(),
+            Some("[::1]:8080".parse().unwrap())
+        );
+        assert!(parse_bind_address("8080").is_err());
+        assert!(parse_bind_address(":99999").is_err());
+        assert!(parse_bind_address("host.example:80").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15s").unwrap(), Duration::from_secs(15));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("3x").is_err());
+    }
+}

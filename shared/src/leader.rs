@@ -1,0 +1,325 @@
+//! Leader election, so only one replica reconciles.
+//!
+//! Mode `lease` follows client-go's `leaderelection` package on a `coordination.k8s.io/v1`
+//! Lease: candidates retry every `retry_period`; a lease counts as expired when its record
+//! has not changed for `lease_duration` *as observed locally* (immune to clock skew between
+//! nodes); writes use optimistic concurrency (resourceVersion), so two candidates can
+//! never both win. The leader renews every `retry_period` and gives up, at once, when it
+//! has not renewed for `renew_deadline` or sees another holder. On shutdown it releases the
+//! lease (empty holder, 1 s duration) so a successor takes over without waiting.
+//!
+//! Another mode (leader-for-life: a ConfigMap owned by the pod) plugs in as a new
+//! [`Elector`] variant with its own `acquire`/`keep_leading`/`release`.
+
+use std::{
+    hash::{BuildHasher, Hasher},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+};
+use kube::{Api, Client, api::PostParams};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+use crate::cli::LeaderElectionMode;
+
+/// Timing and identity of an election.
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// Name of the Lease (`--leader-election-id`).
+    pub lease_name: String,
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// This replica's identity (pod name plus a random suffix).
+    pub identity: String,
+    /// Validity of the lease without renewal (15 s).
+    pub lease_duration: Duration,
+    /// How long the leader retries renewing before giving up (10 s).
+    pub renew_deadline: Duration,
+    /// Interval between attempts (2 s).
+    pub retry_period: Duration,
+}
+
+/// A unique identity: `$POD_NAME`/`$HOSTNAME` plus a random suffix (as controller-runtime does).
+#[must_use]
+pub fn default_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "operator".to_owned());
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    format!("{host}_{:016x}", h.finish())
+}
+
+/// A candidate for leadership.
+#[derive(Debug)]
+pub enum Elector {
+    /// A `coordination.k8s.io/v1` Lease.
+    Lease(LeaseLock),
+}
+
+impl Elector {
+    /// A candidate in `mode`.
+    #[must_use]
+    pub fn new(client: Client, mode: LeaderElectionMode, config: LeaderConfig) -> Self {
+        match mode {
+            LeaderElectionMode::Lease => Elector::Lease(LeaseLock::new(client, config)),
+        }
+    }
+
+    /// Waits until this replica leads. Errors talking to the API are logged and retried.
+    pub async fn acquire(&mut self) {
+        match self {
+            Elector::Lease(lock) => lock.acquire().await,
+        }
+    }
+
+    /// Keeps the leadership (renewing in a background task) until released or lost.
+    #[must_use]
+    pub fn keep_leading(self) -> Leadership {
+        match self {
+            Elector::Lease(lock) => lock.keep_leading(),
+        }
+    }
+}
+
+/// Held leadership: resolve [`Leadership::lost`] to learn of a loss; [`Leadership::release`] on shutdown.
+#[derive(Debug)]
+pub struct Leadership {
+    lost: oneshot::Receiver<String>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<LeaseLock>,
+}
+
+impl Leadership {
+    /// Resolves with the reason when leadership is lost (renewal failed or another holder).
+    pub async fn lost(&mut self) -> String {
+        (&mut self.lost)
+            .await
+            .unwrap_or_else(|_| "renewal task ended".to_owned())
+    }
+
+    /// Stops renewing and hands the lease back so a successor can take over at once.
+    pub async fn release(self) {
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(mut lock) => lock.release().await,
+            Err(error) => tracing::warn!(%error, "lease renewal task failed; lease not released"),
+        }
+    }
+}
+
+/// The Lease lock (client-go's `LeaseLock` + `LeaderElector`).
+#[derive(Debug)]
+pub struct LeaseLock {
+    api: Api<Lease>,
+    config: LeaderConfig,
+    /// The lease spec last seen and when it was first seen unchanged.
+    observed: Option<(LeaseSpec, Instant)>,
+}
+
+/// Outcome of one attempt.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    /// We hold the lease (acquired or renewed).
+    Held,
+    /// Someone else holds a lease that has not expired.
+    HeldBy(String),
+}
+
+impl LeaseLock {
+    fn new(client: Client, config: LeaderConfig) -> Self {
+        Self {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            observed: None,
+        }
+    }
+
+    async fn acquire(&mut self) {
+        let mut last_holder = String::new();
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Held) => {
+                    tracing::info!(lease = %self.config.lease_name, identity = %self.config.identity, "acquired leadership");
+                    return;
+                }
+                Ok(Attempt::HeldBy(holder)) => {
+                    if holder != last_holder {
+                        tracing::info!(lease = %self.config.lease_name, %holder, "another replica leads; standing by");
+                        last_holder = holder;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, lease = %self.config.lease_name, "cannot acquire leader lease")
+                }
+            }
+            tokio::time::sleep(self.config.retry_period).await;
+        }
+    }
+
+    fn keep_leading(mut self) -> Leadership {
+        let (lost_tx, lost) = oneshot::channel();
+        let (stop, mut stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let mut last_renew = Instant::now();
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => return self,
+                    () = tokio::time::sleep(self.config.retry_period) => {}
+                }
+                let remaining = self
+                    .config
+                    .renew_deadline
+                    .saturating_sub(last_renew.elapsed());
+                let reason =
+                    match tokio::time::timeout(remaining, self.try_acquire_or_renew()).await {
+                        Ok(Ok(Attempt::Held)) => {
+                            last_renew = Instant::now();
+                            continue;
+                        }
+                        Ok(Ok(Attempt::HeldBy(holder))) => format!("lease taken over by {holder}"),
+                        Ok(Err(error)) if last_renew.elapsed() < self.config.renew_deadline => {
+                            tracing::warn!(%error, "cannot renew leader lease; retrying");
+                            continue;
+                        }
+                        Ok(Err(error)) => format!("not renewed within the renew deadline: {error}"),
+                        Err(_) => "not renewed within the renew deadline".to_owned(),
+                    };
+                let _ = lost_tx.send(reason);
+                return self;
+            }
+        });
+        Leadership { lost, stop, task }
+    }
+
+    fn observe(&mut self, spec: &LeaseSpec) -> Instant {
+        match &self.observed {
+            Some((seen, at)) if seen == spec => *at,
+            _ => {
+                let now = Instant::now();
+                self.observed = Some((spec.clone(), now));
+                now
+            }
+        }
+    }
+
+    fn duration_secs(&self) -> i32 {
+        i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let now = MicroTime(jiff::Timestamp::now());
+        let me = self.config.identity.clone();
+        let Some(mut lease) = self.api.get_opt(&self.config.lease_name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.lease_name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(me),
+                    lease_duration_seconds: Some(self.duration_secs()),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..LeaseSpec::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(created) => {
+                    self.observe(&created.spec.unwrap_or_default());
+                    Ok(Attempt::Held)
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    Ok(Attempt::HeldBy("a concurrent candidate".into()))
+                }
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let seen_at = self.observe(&spec);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let held_by_me = holder == me;
+        let their_duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.config.lease_duration, Duration::from_secs);
+        if !holder.is_empty() && !held_by_me && seen_at.elapsed() < their_duration {
+            return Ok(Attempt::HeldBy(holder));
+        }
+        let mut new = spec;
+        if !held_by_me {
+            new.holder_identity = Some(me);
+            new.acquire_time = Some(now.clone());
+            new.lease_transitions = Some(new.lease_transitions.unwrap_or(0) + 1);
+        }
+        new.renew_time = Some(now);
+        new.lease_duration_seconds = Some(self.duration_secs());
+        lease.spec = Some(new);
+        match self
+            .api
+            .replace(&self.config.lease_name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(updated) => {
+                self.observe(&updated.spec.unwrap_or_default());
+                Ok(Attempt::Held)
+            }
+            // Someone else wrote first; they hold it now.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                Ok(Attempt::HeldBy("a concurrent candidate".into()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(&mut self) {
+        let result = async {
+            let Some(mut lease) = self.api.get_opt(&self.config.lease_name).await? else {
+                return Ok(false);
+            };
+            let Some(spec) = lease.spec.as_mut() else {
+                return Ok(false);
+            };
+            if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+                return Ok(false);
+            }
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+            self.api
+                .replace(&self.config.lease_name, &PostParams::default(), &lease)
+                .await?;
+            Ok::<_, kube::Error>(true)
+        }
+        .await;
+        match result {
+            Ok(true) => tracing::info!(lease = %self.config.lease_name, "released leadership"),
+            Ok(false) => {
+                tracing::info!(lease = %self.config.lease_name, "lease not held; nothing to release")
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot release leader lease; a successor waits for it to expire")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_unique() {
+        assert_ne!(default_identity(), default_identity());
+    }
+}

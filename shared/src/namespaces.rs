@@ -1,0 +1,322 @@
+//! Which namespaces an operator watches ([`WatchNamespaces`]), and the [`Scope`] one
+//! controller instance runs in.
+//!
+//! Several namespaces are served by one `Controller` per namespace (each with its own
+//! watches of the primary kind and every child kind) rather than by merging watch
+//! streams into one store: a watcher's re-list of one namespace would otherwise wipe the
+//! other namespaces' objects from the shared store.
+
+use std::{
+    fmt,
+    str::FromStr,
+    sync::{Arc, Mutex},
+};
+
+use futures::{Stream, StreamExt, future::BoxFuture};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        Controller, WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+
+/// The namespaces an operator watches, parsed from `WATCH_NAMESPACE`/`--watch-namespace`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum WatchNamespaces {
+    /// Every namespace (unset or empty).
+    #[default]
+    All,
+    /// Exactly one namespace.
+    One(String),
+    /// Several namespaces (sorted, without duplicates).
+    Many(Vec<String>),
+}
+
+impl WatchNamespaces {
+    /// The scopes to run one controller each in: `None` = cluster-wide, `Some(ns)` = one namespace.
+    #[must_use]
+    pub fn scopes(&self) -> Vec<Option<String>> {
+        match self {
+            WatchNamespaces::All => vec![None],
+            WatchNamespaces::One(ns) => vec![Some(ns.clone())],
+            WatchNamespaces::Many(nss) => nss.iter().cloned().map(Some).collect(),
+        }
+    }
+
+    /// Whether an object in `namespace` is inside what this operator may touch.
+    #[must_use]
+    pub fn contains(&self, namespace: &str) -> bool {
+        match self {
+            WatchNamespaces::All => true,
+            WatchNamespaces::One(ns) => ns == namespace,
+            WatchNamespaces::Many(nss) => nss.iter().any(|ns| ns == namespace),
+        }
+    }
+}
+
+impl fmt::Display for WatchNamespaces {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchNamespaces::All => f.write_str("<all namespaces>"),
+            WatchNamespaces::One(ns) => f.write_str(ns),
+            WatchNamespaces::Many(nss) => f.write_str(&nss.join(",")),
+        }
+    }
+}
+
+/// A bad `WATCH_NAMESPACE` value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid WATCH_NAMESPACE (--watch-namespace) entry `{entry}`: {reason}")]
+pub struct ParseWatchNamespacesError {
+    entry: String,
+    reason: &'static str,
+}
+
+impl FromStr for WatchNamespaces {
+    type Err = ParseWatchNamespacesError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut nss: Vec<String> = Vec::new();
+        for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if let Some(reason) = dns1123_label_problem(entry) {
+                return Err(ParseWatchNamespacesError {
+                    entry: entry.to_owned(),
+                    reason,
+                });
+            }
+            nss.push(entry.to_owned());
+        }
+        nss.sort();
+        nss.dedup();
+        Ok(match nss.len() {
+            0 => WatchNamespaces::All,
+            1 => WatchNamespaces::One(nss.remove(0)),
+            _ => WatchNamespaces::Many(nss),
+        })
+    }
+}
+
+/// Why `s` is not a DNS-1123 label (a valid namespace name), if it isn't.
+fn dns1123_label_problem(s: &str) -> Option<&'static str> {
+    if s.len() > 63 {
+        return Some("longer than 63 characters");
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Some("only lowercase letters, digits and '-' are allowed");
+    }
+    if s.starts_with('-') || s.ends_with('-') {
+        return Some("must start and end with a letter or digit");
+    }
+    None
+}
+
+/// One place a controller runs: cluster-wide or one namespace, with the client to reach it.
+///
+/// Builders of an operator's `Controller` get a `Scope` and create every watch through it,
+/// so the watches stay inside the scope and `/readyz` knows when they have synced.
+#[derive(Clone)]
+pub struct Scope {
+    client: Client,
+    namespace: Option<String>,
+    synced: Arc<Mutex<Vec<BoxFuture<'static, ()>>>>,
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scope {
+    /// A scope over `namespace` (`None` = all namespaces).
+    #[must_use]
+    pub fn new(client: Client, namespace: Option<String>) -> Self {
+        Self {
+            client,
+            namespace,
+            synced: Arc::default(),
+        }
+    }
+
+    /// The namespace, or `None` for cluster-wide.
+    #[must_use]
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The client.
+    #[must_use]
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// An `Api` for a namespaced kind, limited to this scope.
+    #[must_use]
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    /// Watches `K` in this scope into a store; returns the store and the stream of changed
+    /// objects (deletions included) to hand to `Controller::owns_stream`/`for_stream`.
+    /// `managedFields` are dropped before caching: nothing reads them and they are large.
+    pub fn reflect<K>(
+        &self,
+        wc: watcher::Config,
+    ) -> (
+        Store<K>,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    )
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (reader, writer) = reflector::store::<K>();
+        let stream = reflector::reflector(
+            writer,
+            watcher(self.api::<K>(), wc)
+                .default_backoff()
+                .modify(|obj: &mut K| {
+                    obj.managed_fields_mut().clear();
+                }),
+        )
+        .touched_objects()
+        .boxed();
+        let ready = reader.clone();
+        if let Ok(mut synced) = self.synced.lock() {
+            synced.push(Box::pin(async move {
+                let _ = ready.wait_until_ready().await;
+            }));
+        }
+        (reader, stream)
+    }
+
+    /// A `Controller` for the primary kind `K` in this scope, with managedFields dropped
+    /// from its cache. Add child watches with [`Scope::reflect`] + `owns_stream`.
+    #[must_use]
+    pub fn controller<K>(&self, wc: watcher::Config) -> Controller<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (reader, stream) = self.reflect::<K>(wc);
+        Controller::for_stream(stream, reader)
+    }
+
+    /// Resolves once every watch created through this scope has listed its objects once.
+    pub(crate) fn synced(&self) -> BoxFuture<'static, ()> {
+        let futures = self
+            .synced
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default();
+        Box::pin(async move {
+            futures::future::join_all(futures).await;
+        })
+    }
+}
+
+/// Stores of one child kind, one per [`Scope`], so a reconcile finds the cache that holds
+/// its object's namespace.
+#[derive(Debug)]
+pub struct ScopedStores<K: Resource<DynamicType = ()> + 'static> {
+    stores: std::sync::RwLock<Vec<(Option<String>, Store<K>)>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for ScopedStores<K> {
+    fn default() -> Self {
+        Self {
+            stores: std::sync::RwLock::new(Vec::new()),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
+    /// Registers the store of `scope`.
+    pub fn insert(&self, scope: &Scope, store: Store<K>) {
+        if let Ok(mut stores) = self.stores.write() {
+            stores.push((scope.namespace.clone(), store));
+        }
+    }
+
+    /// Objects in `namespace` that satisfy `predicate`, from the store of the scope holding it.
+    #[must_use]
+    pub fn in_namespace(&self, namespace: &str, predicate: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
+        let Ok(stores) = self.stores.read() else {
+            return Vec::new();
+        };
+        stores
+            .iter()
+            .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))
+            .map(|(_, store)| {
+                store.state_filter(|obj| {
+                    obj.namespace().as_deref() == Some(namespace) && predicate(obj)
+                })
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parse_watch_namespaces() {
+        assert_eq!("".parse::<WatchNamespaces>().unwrap(), WatchNamespaces::All);
+        assert_eq!(
+            " , ".parse::<WatchNamespaces>().unwrap(),
+            WatchNamespaces::All
+        );
+        assert_eq!(
+            "a".parse::<WatchNamespaces>().unwrap(),
+            WatchNamespaces::One("a".into())
+        );
+        assert_eq!(
+            "b, a ,b".parse::<WatchNamespaces>().unwrap(),
+            WatchNamespaces::Many(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            "a,a".parse::<WatchNamespaces>().unwrap(),
+            WatchNamespaces::One("a".into())
+        );
+        for bad in ["A", "a_b", "-a", "a-", &"x".repeat(64), "a,b/c"] {
+            let err = bad.parse::<WatchNamespaces>().unwrap_err();
+            assert!(err.to_string().contains("WATCH_NAMESPACE"), "{err}");
+        }
+    }
+
+    #[test]
+    fn scopes_and_contains() {
+        assert_eq!(WatchNamespaces::All.scopes(), vec![None]);
+        let many: WatchNamespaces = "x,y".parse().unwrap();
+        assert_eq!(many.scopes(), vec![Some("x".into()), Some("y".into())]);
+        assert!(many.contains("x") && !many.contains("z"));
+        assert!(WatchNamespaces::All.contains("z"));
+    }
+}

@@ -1,0 +1,321 @@
+//! The operator entry point: `crd` prints the CRD; `run` connects, checks the CRD, serves
+//! metrics and probes, wins leader election and runs one controller per watched scope
+//! until SIGTERM/SIGINT (graceful: in-flight reconciles finish, the lease is released).
+
+use std::{fmt::Debug, future::Future, sync::Arc, time::Instant};
+
+use futures::{FutureExt, StreamExt, future::Shared};
+use kube::{
+    Client, CustomResourceExt, Resource, ResourceExt,
+    api::ListParams,
+    runtime::{
+        Controller,
+        controller::{self, Action},
+    },
+};
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use crate::{
+    backoff::ErrorBackoff,
+    cli::RunArgs,
+    error::{Error, ReconcileError},
+    events::Events,
+    health::{self, Readiness},
+    leader::{self, Elector, LeaderConfig},
+    metrics::{Metrics, ReconcileResult},
+    namespaces::{Scope, WatchNamespaces},
+};
+
+/// Names of an operator.
+#[derive(Debug, Clone, Copy)]
+pub struct Operator {
+    /// The operator's name: binary, field manager, event reporter, `deploy/<name>/` folder.
+    pub name: &'static str,
+    /// The controller's name (the `controller` label of metrics and logs), e.g. `podset`.
+    pub controller: &'static str,
+}
+
+/// What the runner hands an operator to build its reconcile context from.
+#[derive(Clone)]
+pub struct Toolkit {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// Event publisher reporting as the operator.
+    pub events: Events,
+    /// Process metrics.
+    pub metrics: Metrics,
+    /// The operator's names (its `name` is the field manager).
+    pub operator: Operator,
+    /// What is watched; nothing outside may be touched.
+    pub watch_namespaces: WatchNamespaces,
+}
+
+impl Debug for Toolkit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolkit")
+            .field("operator", &self.operator)
+            .finish_non_exhaustive()
+    }
+}
+
+type ShutdownSignal = Shared<futures::future::BoxFuture<'static, ()>>;
+
+impl Operator {
+    /// Prints the CRD of `K` as YAML on stdout.
+    ///
+    /// # Errors
+    /// When the CRD cannot be serialized (a bug).
+    pub fn print_crd<K: CustomResourceExt>(&self) -> Result<(), Error> {
+        print!("{}", crd_yaml::<K>()?);
+        Ok(())
+    }
+
+    /// Runs the operator until SIGTERM/SIGINT (returns `Ok`) or a fatal error (leadership
+    /// lost, startup failure). Logging is initialised here.
+    ///
+    /// `make_context` builds the reconcile context once; `build` builds the `Controller` of
+    /// one [`Scope`] (called once per watched namespace, or once for all); `reconcile` is
+    /// wrapped with metrics, a log span naming the controller and object, and per-object
+    /// exponential backoff on errors.
+    ///
+    /// # Errors
+    /// [`Error`] with a message saying what to do.
+    pub async fn run<K, Ctx, E, Fut>(
+        self,
+        args: RunArgs,
+        make_context: impl FnOnce(Toolkit) -> Ctx,
+        build: impl Fn(&Scope, &Ctx) -> Controller<K>,
+        reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
+    ) -> Result<(), Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + CustomResourceExt
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        Ctx: Send + Sync + 'static,
+        E: ReconcileError,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        crate::telemetry::init(&args);
+        tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
+        let client = connect().await?;
+        check_crd_installed::<K>(&client, &args.watch_namespace, self.name).await?;
+
+        let metrics = Metrics::new();
+        let ready = Readiness::default();
+        health::serve(
+            args.metrics_bind_address.0,
+            args.health_probe_bind_address.0,
+            metrics.clone(),
+            ready.clone(),
+        )
+        .await?;
+        let shutdown = shutdown_on_signal();
+
+        let mut leadership = None;
+        if args.leader_elect {
+            let config = LeaderConfig {
+                lease_name: args.leader_election_id(self.name),
+                namespace: args.leader_election_namespace(),
+                identity: leader::default_identity(),
+                lease_duration: args.lease_duration,
+                renew_deadline: args.renew_deadline,
+                retry_period: args.retry_period,
+            };
+            tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for leadership");
+            metrics.set_leader(&config.lease_name, false);
+            // A standby replica is ready: it serves its purpose by waiting.
+            ready.set(true);
+            let lease_name = config.lease_name.clone();
+            let mut elector = Elector::new(client.clone(), args.leader_election_mode, config);
+            tokio::select! {
+                () = elector.acquire() => {}
+                () = shutdown.clone() => {
+                    tracing::info!("shutting down before becoming leader");
+                    return Ok(());
+                }
+            }
+            metrics.set_leader(&lease_name, true);
+            ready.set(false);
+            leadership = Some((elector.keep_leading(), lease_name));
+        }
+
+        let toolkit = Toolkit {
+            client: client.clone(),
+            events: Events::new(client.clone(), self.name),
+            metrics: metrics.clone(),
+            operator: self,
+            watch_namespaces: args.watch_namespace.clone(),
+        };
+        let ctx = Arc::new(make_context(toolkit));
+        let backoff = Arc::new(ErrorBackoff::default());
+        metrics.controller_started(self.controller, args.max_concurrent_reconciles);
+
+        let controller_name = self.controller;
+        let (m, b) = (metrics.clone(), backoff.clone());
+        let wrapped = move |obj: Arc<K>, ctx: Arc<Ctx>| {
+            let (metrics, backoff) = (m.clone(), b.clone());
+            let key = object_key(obj.as_ref());
+            let span =
+                tracing::info_span!("reconcile", controller = controller_name, object = %key);
+            async move {
+                let _worker = metrics.worker(controller_name);
+                let start = Instant::now();
+                let result = reconcile(obj, ctx).await;
+                let result_label = match &result {
+                    Ok(action) if *action == Action::await_change() => ReconcileResult::Success,
+                    Ok(_) => ReconcileResult::RequeueAfter,
+                    Err(_) => ReconcileResult::Error,
+                };
+                if result.is_ok() {
+                    backoff.succeeded(&key);
+                }
+                metrics.reconciled(controller_name, result_label, start.elapsed().as_secs_f64());
+                result
+            }
+            .instrument(span)
+        };
+        let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Ctx>| {
+            let key = object_key(obj.as_ref());
+            let wait = backoff.failed(&key);
+            tracing::warn!(controller = controller_name, object = %key, %error, kind = error.metric_label(), retry_in = ?wait, "reconcile failed");
+            Action::requeue(wait)
+        };
+
+        let mut runs = Vec::new();
+        let mut synced = Vec::new();
+        for namespace in args.watch_namespace.scopes() {
+            let scope = Scope::new(client.clone(), namespace);
+            let run = build(&scope, &ctx)
+                .with_config(controller::Config::default().concurrency(args.max_concurrent_reconciles))
+                .graceful_shutdown_on(shutdown.clone())
+                .run(wrapped.clone(), error_policy.clone(), ctx.clone())
+                .for_each(move |res| async move {
+                    match res {
+                        Ok(_) => {}
+                        Err(controller::Error::ObjectNotFound(obj)) => {
+                            tracing::debug!(controller = controller_name, object = %obj, "object gone before reconcile");
+                        }
+                        Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
+                        Err(error) => tracing::warn!(controller = controller_name, %error, "controller error"),
+                    }
+                });
+            synced.push(scope.synced());
+            runs.push(run);
+        }
+        let ready_when_synced = ready.clone();
+        tokio::spawn(async move {
+            futures::future::join_all(synced).await;
+            tracing::info!("watches synced; ready");
+            ready_when_synced.set(true);
+        });
+        tracing::info!(controller = controller_name, "controllers started");
+
+        let all = futures::future::join_all(runs);
+        match leadership {
+            None => {
+                all.await;
+            }
+            Some((mut leadership, lease_name)) => {
+                tokio::select! {
+                    _ = all => {
+                        leadership.release().await;
+                        metrics.set_leader(&lease_name, false);
+                    }
+                    reason = leadership.lost() => {
+                        // Stop reconciling at once: dropping `all` cancels the controllers.
+                        metrics.set_leader(&lease_name, false);
+                        tracing::error!(%reason, "leader election lost; stopping");
+                        return Err(Error::LeadershipLost(reason));
+                    }
+                }
+            }
+        }
+        tracing::info!("shut down cleanly");
+        Ok(())
+    }
+}
+
+/// The CRD of `K` as YAML.
+///
+/// # Errors
+/// When serialization fails (a bug).
+pub fn crd_yaml<K: CustomResourceExt>() -> Result<String, Error> {
+    serde_norway::to_string(&K::crd()).map_err(|e| Error::Serialize {
+        what: "CRD".to_owned(),
+        source: serde::ser::Error::custom(e),
+    })
+}
+
+/// `namespace/name` of an object.
+fn object_key<K: Resource>(obj: &K) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+async fn connect() -> Result<Client, Error> {
+    Client::try_default()
+        .await
+        .map_err(|source| Error::NoCredentials {
+            source,
+            kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".to_owned()),
+        })
+}
+
+async fn check_crd_installed<K>(
+    client: &Client,
+    watch: &WatchNamespaces,
+    operator: &str,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + CustomResourceExt
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let scope = Scope::new(client.clone(), watch.scopes().into_iter().next().flatten());
+    match scope
+        .api::<K>()
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(Error::CrdNotInstalled {
+            crd: format!("{}.{}", K::plural(&()), K::group(&())),
+            operator: operator.to_owned(),
+        }),
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+/// A future that resolves on the first SIGTERM or SIGINT (cloneable, `Sync`).
+fn shutdown_on_signal() -> ShutdownSignal {
+    let (tx, rx) = futures::channel::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = ctrl_c => tracing::info!("SIGINT received; shutting down"),
+                        _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM");
+                    let _ = ctrl_c.await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        let _ = tx.send(());
+    });
+    rx.map(|_| ()).boxed().shared()
+}

@@ -1,0 +1,285 @@
+//! The end-to-end test harness: every test gets its own namespace on a real
+//! Kubernetes API server and can run the operators as local processes with
+//! their own ServiceAccounts' credentials.
+//!
+//! The cluster is the one named by `E2E_KUBECONFIG` (set by `cargo xtask
+//! test`, or by hand to use any cluster); without it, the local cluster is
+//! started on demand with `cargo xtask cluster up`.
+
+pub mod operator;
+
+use anyhow::{Context, Result, anyhow, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{Condition, await_condition};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a test waits for something the cluster does.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// The cargo target directory.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| repo_root().join("target"), PathBuf::from)
+}
+
+/// The admin kubeconfig of the cluster under test, starting the local
+/// cluster when no cluster was named.
+pub fn kubeconfig_path() -> Result<PathBuf> {
+    static PATH: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("E2E_KUBECONFIG").filter(|p| !p.is_empty()) {
+            return Ok(PathBuf::from(path));
+        }
+        let out = Command::new(env!("CARGO"))
+            .current_dir(repo_root())
+            .args(["run", "--quiet", "-p", "xtask", "--", "cluster", "up"])
+            .output()
+            .map_err(|e| format!("could not run `cargo xtask cluster up`: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+            .map(PathBuf::from)
+            .filter(|_| out.status.success())
+            .ok_or_else(|| {
+                format!(
+                    "`cargo xtask cluster up` failed:\n{stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+/// The kubectl to use: `E2E_KUBECTL`, else the one on PATH.
+pub fn kubectl() -> Command {
+    let program = std::env::var_os("E2E_KUBECTL")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "kubectl".into());
+    let mut c = Command::new(program);
+    if let Ok(path) = kubeconfig_path() {
+        c.env("KUBECONFIG", path);
+    }
+    c
+}
+
+/// Runs kubectl with `args` and returns stdout, failing with its stderr.
+pub fn kubectl_ok<I, S>(args: I) -> Result<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut c = kubectl();
+    c.args(args);
+    let out = c.output().context("running kubectl")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {:?} failed: {}",
+            c.get_args().collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `kubectl auth can-i <args> --as=<user>`: whether `user` may do it.
+pub fn can_i(user: &str, args: &[&str]) -> Result<bool> {
+    let out = kubectl()
+        .args(["auth", "can-i"])
+        .args(args)
+        .arg(format!("--as={user}"))
+        .output()
+        .context("running kubectl auth can-i")?;
+    match String::from_utf8_lossy(&out.stdout).trim() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        other => bail!(
+            "kubectl auth can-i {args:?} answered {other:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    }
+}
+
+/// A client from a kubeconfig file.
+pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// The admin client of the cluster under test.
+pub async fn admin_client() -> Result<Client> {
+    client_from(&kubeconfig_path()?).await
+}
+
+/// A short random-enough suffix for names.
+pub fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mixed = (nanos as u64 ^ (u64::from(std::process::id()) << 20)).wrapping_add(n * 0x9E37_79B9);
+    let alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    (0..6)
+        .map(|i| alphabet[((mixed >> (i * 5)) % 36) as usize] as char)
+        .collect()
+}
+
+/// A namespace of one test; deleted (without waiting) when dropped.
+pub struct TestNamespace {
+    /// Its name, `e2e-<prefix>-<suffix>`.
+    pub name: String,
+    /// An admin client.
+    pub client: Client,
+}
+
+impl TestNamespace {
+    /// Creates a fresh namespace for one test.
+    pub async fn new(prefix: &str) -> Result<TestNamespace> {
+        TestNamespace::with_labels(prefix, &[]).await
+    }
+
+    /// Creates a namespace that enforces the `restricted` Pod Security Standard.
+    pub async fn restricted(prefix: &str) -> Result<TestNamespace> {
+        TestNamespace::with_labels(
+            prefix,
+            &[
+                ("pod-security.kubernetes.io/enforce", "restricted"),
+                ("pod-security.kubernetes.io/warn", "restricted"),
+            ],
+        )
+        .await
+    }
+
+    async fn with_labels(prefix: &str, labels: &[(&str, &str)]) -> Result<TestNamespace> {
+        let client = admin_client().await?;
+        let name = format!("e2e-{prefix}-{}", unique_suffix());
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some(name.clone());
+        let mut all: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        all.insert("e2e.rust-operators.dev/test".into(), prefix.into());
+        ns.metadata.labels = Some(all);
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        // Pods need the namespace's default ServiceAccount.
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &name);
+        wait_for(&sas, "default", |sa: Option<&_>| sa.is_some()).await?;
+        Ok(TestNamespace { name, client })
+    }
+
+    /// A namespaced API of this test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("E2E_KEEP_NAMESPACES").is_some() {
+            return;
+        }
+        let _ = kubectl()
+            .args(["delete", "namespace", &self.name, "--wait=false"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Waits until `condition` holds for the object `name` (None = absent).
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    condition: impl Condition<K>,
+) -> Result<Option<K>>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    wait_for_within(api, name, TIMEOUT, condition).await
+}
+
+/// Like [`wait_for`], with a deadline of its own.
+pub async fn wait_for_within<K>(
+    api: &Api<K>,
+    name: &str,
+    timeout: Duration,
+    condition: impl Condition<K>,
+) -> Result<Option<K>>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, condition)).await {
+        Ok(result) => Ok(result?),
+        Err(_) => {
+            let now = api.get_opt(name).await.ok().flatten();
+            bail!(
+                "timed out after {timeout:?} waiting on {} {name}; it is now: {now:#?}",
+                std::any::type_name::<K>()
+            )
+        }
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or fails after `timeout`
+/// with the last error. For conditions over several objects.
+pub async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => last = "not yet".into(),
+            Err(e) => last = format!("{e:#}"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what} (last: {last})");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Deletes an object and waits until it is gone.
+pub async fn delete_and_wait<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let _ = api.delete(name, &DeleteParams::default()).await?;
+    wait_for(api, name, |o: Option<&K>| o.is_none()).await?;
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! Builds the control-plane binaries from Go modules, once, into the cache.
+//!
+//! Nothing can be downloaded from the internet on the machines this project is
+//! developed and tested on, but the Go module proxy is reachable, so every
+//! binary is built from source with the modules under `xtask/cluster/<name>/`
+//! (their `go.mod` and `go.sum` are committed). The build output is cached
+//! outside the repository under `<cache>/cluster/<name>-<version>/bin`.
+
+use crate::cmd;
+use crate::paths;
+use anyhow::{Context, Result, bail};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One Go module under `xtask/cluster/` and the binaries it builds.
+pub struct Component {
+    /// Folder under `xtask/cluster/`, also the cache key prefix.
+    pub name: &'static str,
+    /// The module whose version keys the cache (read from `go.mod`).
+    pub module: &'static str,
+    /// Packages to build; `.` is the wrapper module itself.
+    pub packages: &'static [&'static str],
+    /// The binaries the packages produce.
+    pub binaries: &'static [&'static str],
+}
+
+/// Kubernetes itself: API server, controller manager, scheduler and kubectl.
+pub const KUBERNETES: Component = Component {
+    name: "kubernetes",
+    module: "k8s.io/kubernetes",
+    packages: &[
+        "k8s.io/kubernetes/cmd/kube-apiserver",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-scheduler",
+        "k8s.io/kubernetes/cmd/kubectl",
+    ],
+    binaries: &[
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+    ],
+};
+
+/// etcd 3.6, through a wrapper around `etcdmain`.
+pub const ETCD: Component = Component {
+    name: "etcd",
+    module: "go.etcd.io/etcd/server/v3",
+    packages: &["."],
+    binaries: &["etcd"],
+};
+
+/// kwok, which simulates nodes and the pods scheduled onto them.
+pub const KWOK: Component = Component {
+    name: "kwok",
+    module: "sigs.k8s.io/kwok",
+    packages: &["sigs.k8s.io/kwok/cmd/kwok"],
+    binaries: &["kwok"],
+};
+
+/// Every component, in build order.
+pub const ALL: [&Component; 3] = [&ETCD, &KWOK, &KUBERNETES];
+
+impl Component {
+    /// The folder of the Go module in the repository.
+    pub fn module_dir(&self) -> PathBuf {
+        paths::repo_root()
+            .join("xtask/cluster")
+            .join(self.name)
+    }
+
+    /// The version of `self.module` required by the wrapper's `go.mod`.
+    pub fn version(&self) -> Result<String> {
+        let go_mod = self.module_dir().join("go.mod");
+        let text = std::fs::read_to_string(&go_mod)
+            .with_context(|| format!("reading {}", go_mod.display()))?;
+        text.lines()
+            .map(str::trim)
+            .map(|line| line.trim_start_matches("require").trim())
+            .find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some(self.module))
+                    .then(|| words.next().map(str::to_owned))
+                    .flatten()
+            })
+            .with_context(|| format!("{} does not require {}", go_mod.display(), self.module))
+    }
+
+    /// The cache folder holding this component's binaries.
+    pub fn bin_dir(&self) -> Result<PathBuf> {
+        Ok(paths::cache_dir("cluster")
+            .join(format!("{}-{}", self.name, self.version()?))
+            .join("bin"))
+    }
+
+    /// Path of one of this component's binaries in the cache.
+    pub fn binary(&self, name: &str) -> Result<PathBuf> {
+        Ok(self.bin_dir()?.join(name))
+    }
+
+    fn is_built(&self) -> Result<bool> {
+        let dir = self.bin_dir()?;
+        Ok(self
+            .binaries
+            .iter()
+            .all(|b| cmd::is_executable(&dir.join(b))))
+    }
+
+    /// `-ldflags` stamping the real version into the binaries.
+    fn ldflags(&self, version: &str) -> String {
+        let mut flags = String::from("-s -w");
+        match self.name {
+            "kubernetes" => {
+                let minor = version.split('.').nth(1).unwrap_or("0");
+                for pkg in [
+                    "k8s.io/component-base/version",
+                    "k8s.io/client-go/pkg/version",
+                ] {
+                    flags.push_str(&format!(
+                        " -X {pkg}.gitVersion={version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} -X {pkg}.gitTreeState=clean -X {pkg}.buildDate=1970-01-01T00:00:00Z"
+                    ));
+                }
+            }
+            "kwok" => {
+                let bare = version.trim_start_matches('v');
+                flags.push_str(&format!(" -X sigs.k8s.io/kwok/pkg/consts.Version={bare}"));
+            }
+            _ => {}
+        }
+        flags
+    }
+
+    /// Builds the component unless the cache already has it.
+    pub fn ensure_built(&self) -> Result<()> {
+        if self.is_built()? {
+            return Ok(());
+        }
+        if !cmd::on_path("go") {
+            bail!(
+                "Go is needed to build the local test cluster ({} {}) but `go` is not on PATH.\n\
+                 Install Go 1.26 or newer (for example `apt-get install golang-go` where it is new enough, \
+                 or the official tarball), then run `cargo xtask cluster up` again.\n\
+                 Alternatively use any cluster you can reach: point KUBECONFIG at it and set \
+                 E2E_KUBECONFIG to the same file so the tests use it instead.",
+                self.name,
+                self.version()?
+            );
+        }
+        let version = self.version()?;
+        let final_dir = self.bin_dir()?;
+        let tmp_dir = final_dir.with_file_name("bin.partial");
+        let _ = std::fs::remove_dir_all(&tmp_dir);
+        std::fs::create_dir_all(&tmp_dir)?;
+        let start = Instant::now();
+        println!(
+            "cluster: building {} {} ({}) from Go modules; the first build takes several minutes, later runs reuse {}",
+            self.name,
+            version,
+            self.binaries.join(", "),
+            final_dir.display()
+        );
+        let mut go = Command::new("go");
+        go.current_dir(self.module_dir())
+            .args(["build", "-v", "-trimpath", "-ldflags"])
+            .arg(self.ldflags(&version))
+            .arg("-o");
+        if self.packages == ["."] {
+            go.arg(tmp_dir.join(self.binaries[0]));
+        } else {
+            go.arg(format!("{}/", tmp_dir.display()));
+        }
+        go.args(self.packages)
+            .env("CGO_ENABLED", "0")
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped());
+        let mut child = go.spawn().context("could not start `go build`")?;
+        let stderr = child.stderr.take().context("no stderr from go build")?;
+        let compiled = Arc::new(AtomicUsize::new(0));
+        let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+        let reader = {
+            let compiled = Arc::clone(&compiled);
+            let errors = Arc::clone(&errors);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    // `go build -v` names each package as it compiles it;
+                    // anything else is a diagnostic worth keeping.
+                    if !line.contains(' ') {
+                        compiled.fetch_add(1, Ordering::Relaxed);
+                    } else if let Ok(mut errors) = errors.lock() {
+                        errors.push(line);
+                    }
+                }
+            })
+        };
+        let mut last_report = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            if last_report.elapsed() >= Duration::from_secs(20) {
+                last_report = Instant::now();
+                println!(
+                    "cluster: building {} {}: {} elapsed, {} packages compiled",
+                    self.name,
+                    version,
+                    cmd::elapsed(start),
+                    compiled.load(Ordering::Relaxed)
+                );
+            }
+        };
+        let _ = reader.join();
+        if !status.success() {
+            let errors = errors.lock().map(|e| e.join("\n")).unwrap_or_default();
+            bail!(
+                "building {} {} failed ({status}):\n{errors}\n\
+                 Fix the Go toolchain or module download (GOPROXY must reach the Go module proxy), \
+                 or use another cluster: point KUBECONFIG at it and set E2E_KUBECONFIG for the tests.",
+                self.name,
+                version
+            );
+        }
+        if final_dir.exists() {
+            std::fs::remove_dir_all(&final_dir)?;
+        }
+        std::fs::rename(&tmp_dir, &final_dir)?;
+        println!(
+            "cluster: built {} {} in {}",
+            self.name,
+            version,
+            cmd::elapsed(start)
+        );
+        Ok(())
+    }
+}
+
+/// Builds every component that the cache lacks.
+pub fn ensure_all() -> Result<()> {
+    for component in ALL {
+        component.ensure_built()?;
+    }
+    Ok(())
+}
+
+/// The `kubectl` built with the cluster, if it is there.
+pub fn kubectl() -> Result<PathBuf> {
+    KUBERNETES.binary("kubectl")
+}
+
+/// Tells whether `path` is inside one of the cache folders (to recognise our
+/// own processes before signalling them).
+pub fn is_cached_binary(path: &Path) -> bool {
+    path.starts_with(paths::cache_dir("cluster"))
+}

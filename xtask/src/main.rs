@@ -1,0 +1,122 @@
+//! `cargo xtask ...`: everything this project automates, in Rust.
+//!
+//! - `cluster up|down|status|env|stop`: the local Kubernetes control plane.
+//! - `crds [--check]`: regenerate the CRDs under `deploy/`, or fail on drift.
+//! - `test`: the one command CI runs (format, lints, unit tests, CRD drift,
+//!   end-to-end tests on the local cluster).
+//! - `pulsar up|down|status`: a real Apache Pulsar standalone broker on
+//!   127.0.0.1, for the consumer app's tests.
+
+mod cluster;
+mod cmd;
+mod crds;
+mod paths;
+mod pulsar;
+mod test;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Project automation for the Rust operators")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The local Kubernetes control plane used by the tests.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
+    /// Regenerate each operator's CRD under `deploy/<operator>/crd.yaml`.
+    Crds {
+        /// Fail instead of writing when a committed CRD differs from the code.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run everything CI runs.
+    Test(test::TestArgs),
+    /// A real Apache Pulsar standalone broker on 127.0.0.1.
+    Pulsar {
+        #[command(subcommand)]
+        action: PulsarAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum PulsarAction {
+    /// Assemble (once) and start the broker; waits until it serves.
+    Up {
+        /// The binary protocol port.
+        #[arg(long, default_value_t = pulsar::PulsarOptions::default().broker_port)]
+        broker_port: u16,
+        /// The admin (HTTP) port.
+        #[arg(long, default_value_t = pulsar::PulsarOptions::default().web_port)]
+        web_port: u16,
+    },
+    /// Stop the broker and remove its data.
+    Down,
+    /// Say whether it runs and how to reach it.
+    Status,
+}
+
+#[derive(Subcommand)]
+enum ClusterAction {
+    /// Build (once) and start the cluster; prints `export KUBECONFIG=...` last.
+    Up,
+    /// Stop every process `up` started and remove the cluster's data.
+    Down,
+    /// Say what runs and where the logs are.
+    Status,
+    /// Print the `export KUBECONFIG=...` line.
+    Env,
+    /// Stop one process, keeping the data (`up` starts it again).
+    Stop {
+        /// etcd, apiserver, controller-manager, scheduler or kwok.
+        process: String,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Cluster { action } => match action {
+            ClusterAction::Up => cluster::up().map(drop),
+            ClusterAction::Down => cluster::down(),
+            ClusterAction::Status => cluster::status(),
+            ClusterAction::Env => cluster::env(),
+            ClusterAction::Stop { process } => {
+                let p = cluster::Process::parse(&process)?;
+                let layout = cluster::Layout::new();
+                if cluster::stop_process(&layout, p)? {
+                    println!("cluster: stopped {}", p.name());
+                } else {
+                    println!("cluster: {} was not running", p.name());
+                }
+                Ok(())
+            }
+        },
+        Command::Crds { check } => crds::run(check),
+        Command::Test(args) => test::run(&args),
+        Command::Pulsar { action } => match action {
+            PulsarAction::Up {
+                broker_port,
+                web_port,
+            } => {
+                let info = pulsar::up(&pulsar::PulsarOptions {
+                    broker_port,
+                    web_port,
+                })?;
+                println!("pulsar: log {}", info.log_path.display());
+                println!("pulsar: admin {}", info.admin_url);
+                println!("export PULSAR_SERVER={}", info.service_url);
+                Ok(())
+            }
+            PulsarAction::Down => pulsar::down(),
+            PulsarAction::Status => pulsar::status(),
+        },
+    }
+}

@@ -1,0 +1,936 @@
+//! A real, local Apache Pulsar broker for the end-to-end tests of the Pulsar
+//! consumer app: `up`, `down` and `status`.
+//!
+//! # Why it is assembled from Maven Central
+//!
+//! The machines this project is developed and tested on reach only package
+//! registries (Maven Central among them); Pulsar's binary tarball and its
+//! container images cannot be downloaded. But every jar of a Pulsar broker is
+//! published on Maven Central, and `pulsar-broker` contains
+//! `org.apache.pulsar.PulsarStandaloneStarter`, the entry point behind
+//! `bin/pulsar standalone`. So the broker is assembled like this:
+//!
+//! * `xtask/pulsar/pom.xml` depends on `org.apache.pulsar:pulsar-broker` and
+//!   imports Pulsar's own parent pom as a BOM, so that every third-party jar
+//!   has the version the official distribution ships. Maven copies the
+//!   runtime classpath (about 330 jars, 240 MB) once into
+//!   `${XDG_CACHE_HOME:-$HOME/.cache}/rust-operators/pulsar/<version>/lib`.
+//! * `xtask/pulsar/standalone.conf` is our own minimal configuration:
+//!   loopback only, a single embedded bookie, metadata in a local RocksDB store
+//!   (no ZooKeeper server), no functions worker, no stream storage, small
+//!   caches. It is rendered with the requested ports into the state directory.
+//! * `xtask/pulsar/log4j2.xml` sends the broker's log to stdout, which lands in
+//!   the log file.
+//!
+//! The broker runs as a background `java` process in its own process group,
+//! with its pid file, log file and data under
+//! `${XDG_STATE_HOME:-$HOME/.local/state}/rust-operators/pulsar/`. Every `up`
+//! that actually starts a broker starts from empty data; `down` stops the whole
+//! process group and deletes the data.
+//!
+//! Requirements: Java 17 or newer and Maven (`apt-get install -y
+//! openjdk-17-jre-headless maven`); Maven is needed only for the first `up` of
+//! a Pulsar version.
+//!
+//! Tunables (environment variables, all optional): `XTASK_PULSAR_BOOKIE_PORT`
+//! (default 13181), `XTASK_PULSAR_JAVA_OPTS` (extra JVM options appended to the
+//! defaults, e.g. `-Xmx1g`), `JAVA_HOME` (which `java` to use).
+
+use anyhow::{Context, Result, bail};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// The Pulsar release that is assembled and run. Keep it in step with
+/// `pulsar.version` in `xtask/pulsar/pom.xml` (it is also passed to Maven
+/// explicitly, so this constant wins).
+pub const PULSAR_VERSION: &str = "4.2.4";
+
+/// The Maven project that resolves the broker's classpath.
+const POM: &str = include_str!("../pulsar/pom.xml");
+/// Our standalone configuration; ports are substituted by [`render_conf`].
+const CONF_TEMPLATE: &str = include_str!("../pulsar/standalone.conf");
+/// Logging configuration for the broker process.
+const LOG4J2: &str = include_str!("../pulsar/log4j2.xml");
+
+/// Entry point of `bin/pulsar standalone`, part of `pulsar-broker`.
+const MAIN_CLASS: &str = "org.apache.pulsar.PulsarStandaloneStarter";
+/// Port of the embedded bookie unless `XTASK_PULSAR_BOOKIE_PORT` says otherwise.
+const DEFAULT_BOOKIE_PORT: u16 = 13181;
+/// How long `up` waits for a started broker to serve.
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long `down` waits after SIGTERM before it sends SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// The standard JVM options; `XTASK_PULSAR_JAVA_OPTS` is appended.
+const JVM_OPTS: &[&str] = &[
+    "-Xms64m",
+    "-Xmx512m",
+    "-XX:MaxDirectMemorySize=256m",
+    // A short-lived test broker on a 2-core machine: the serial collector
+    // and the C1-only JIT halve the startup time and use less memory.
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    // What Pulsar's own launcher opens on Java 17 (Netty direct memory,
+    // container-aware CPU/memory metrics of the load manager).
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.platform=ALL-UNNAMED",
+    "--add-opens=java.base/sun.net=ALL-UNNAMED",
+    "--add-opens=java.management/sun.management=ALL-UNNAMED",
+    "--add-opens=jdk.management/com.sun.management.internal=ALL-UNNAMED",
+];
+/// What to install when Java or Maven is missing.
+const INSTALL_HINT: &str = "apt-get install -y openjdk-17-jre-headless maven";
+
+/// Ports of the broker that [`up`] starts. All of them bind to 127.0.0.1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PulsarOptions {
+    /// Binary protocol port (`pulsar://127.0.0.1:<broker_port>`). Default 6650.
+    pub broker_port: u16,
+    /// HTTP port of the admin REST API (`http://127.0.0.1:<web_port>`).
+    /// Default 18080, away from the usual 8080.
+    pub web_port: u16,
+}
+
+impl Default for PulsarOptions {
+    fn default() -> Self {
+        Self {
+            broker_port: 6650,
+            web_port: 18080,
+        }
+    }
+}
+
+/// Where a running broker can be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PulsarInfo {
+    /// Service URL for Pulsar clients, e.g. `pulsar://127.0.0.1:6650`.
+    pub service_url: String,
+    /// Base URL of the admin REST API, e.g. `http://127.0.0.1:18080`.
+    pub admin_url: String,
+    /// The broker's log file (stdout and stderr of the Java process).
+    pub log_path: PathBuf,
+}
+
+impl PulsarInfo {
+    fn new(ports: &Ports, log_path: PathBuf) -> Self {
+        Self {
+            service_url: format!("pulsar://127.0.0.1:{}", ports.broker),
+            admin_url: format!("http://127.0.0.1:{}", ports.web),
+            log_path,
+        }
+    }
+}
+
+/// Makes sure a broker is running and serving, and says where.
+///
+/// If the broker started by an earlier `up` is still running and answers on
+/// its ports, this returns at once and changes nothing (it fails if that broker
+/// runs on other ports than `opts` asks for). Otherwise it assembles the
+/// broker's classpath with Maven if this Pulsar version has not been assembled
+/// yet (first time only, a minute or a few), deletes any old data, starts the
+/// broker in the background and waits up to 180 s until the binary port
+/// accepts connections and the admin API shows the `public/default`
+/// namespace. If the broker does not get there, the tail of its log is
+/// printed, the process is stopped and an error is returned.
+pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
+    let dirs = Dirs::new()?;
+    fs::create_dir_all(&dirs.state)
+        .with_context(|| format!("creating {}", dirs.state.display()))?;
+    let _lock = Lock::acquire(&dirs.state.join("up.lock"))?;
+
+    if let Some(state) = State::read(&dirs)? {
+        if process_alive(state.pid) && is_our_broker(state.pid) {
+            if state.ports.broker != opts.broker_port || state.ports.web != opts.web_port {
+                bail!(
+                    "a Pulsar broker started earlier is running with broker port {} and web port {} \
+                     (pid {}), not the requested {} and {}; use it, or stop it first with \
+                     `cargo xtask pulsar down`",
+                    state.ports.broker,
+                    state.ports.web,
+                    state.pid,
+                    opts.broker_port,
+                    opts.web_port
+                );
+            }
+            let info = PulsarInfo::new(&state.ports, dirs.log());
+            if serving(&state.ports) {
+                return Ok(info);
+            }
+            // Alive but not (yet) serving: an `up` that was interrupted while
+            // waiting (the broker lives on in its own process group), or a
+            // broker in trouble. Give it the usual time rather than start a
+            // second one; `wait_ready` fails with the log's tail otherwise.
+            println!(
+                "pulsar: broker (pid {}) is running but not serving yet; waiting",
+                state.pid
+            );
+            wait_ready(&state.ports, state.pid, None, &dirs)?;
+            return Ok(info);
+        }
+        // A stale record of a broker that is gone (its pid may have been
+        // reused by an unrelated process, so nothing is signalled).
+        State::remove(&dirs);
+    }
+
+    let ports = Ports {
+        broker: opts.broker_port,
+        web: opts.web_port,
+        bookie: bookie_port()?,
+    };
+    for (what, port) in [
+        ("broker", ports.broker),
+        ("web", ports.web),
+        ("bookie", ports.bookie),
+    ] {
+        if port_open(port) {
+            bail!(
+                "port {port} (Pulsar {what} port) on 127.0.0.1 is already in use by another \
+                 process; free it or choose other ports"
+            );
+        }
+    }
+
+    let java = java_command();
+    check_java(&java)?;
+    let lib = ensure_classpath(&dirs)?;
+
+    // Fresh configuration and empty data for every start.
+    let conf = dirs.state.join("standalone.conf");
+    fs::write(&conf, render_conf(CONF_TEMPLATE, &ports))
+        .with_context(|| format!("writing {}", conf.display()))?;
+    let log4j2 = dirs.state.join("log4j2.xml");
+    fs::write(&log4j2, LOG4J2).with_context(|| format!("writing {}", log4j2.display()))?;
+    remove_dir_if_exists(&dirs.data())?;
+    fs::create_dir_all(dirs.data())
+        .with_context(|| format!("creating {}", dirs.data().display()))?;
+
+    let log_path = dirs.log();
+    let log =
+        File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let log_err = log.try_clone().context("duplicating the log file handle")?;
+
+    let mut cmd = Command::new(&java);
+    cmd.args(JVM_OPTS);
+    if let Ok(extra) = std::env::var("XTASK_PULSAR_JAVA_OPTS") {
+        cmd.args(extra.split_whitespace());
+    }
+    cmd.arg(format!("-Dlog4j2.configurationFile={}", log4j2.display()))
+        .arg("-cp")
+        .arg(format!("{}/*", lib.display()))
+        .arg(MAIN_CLASS)
+        .arg("--config")
+        .arg(&conf)
+        .args(["--no-functions-worker", "--no-stream-storage"])
+        .arg("--metadata-dir")
+        .arg(dirs.data().join("metadata"))
+        .arg("--bookkeeper-dir")
+        .arg(dirs.data().join("bookkeeper"))
+        .arg("--bookkeeper-port")
+        .arg(ports.bookie.to_string())
+        // The starter looks for `data/standalone/zookeeper` relative to the
+        // working directory to decide on ZooKeeper mode; in the state
+        // directory it never exists, so RocksDB metadata is used.
+        .current_dir(&dirs.state)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    {
+        use std::os::unix::process::CommandExt;
+        // Own process group: Ctrl-C on xtask does not reach it, and `down`
+        // can signal everything it started at once.
+        cmd.process_group(0);
+    }
+    println!(
+        "pulsar: starting broker {PULSAR_VERSION} (log: {})",
+        log_path.display()
+    );
+    let started = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {java}; is Java installed? ({INSTALL_HINT})"))?;
+    let pid = child.id();
+    State { pid, ports }.write(&dirs)?;
+
+    if let Err(e) = wait_ready(&ports, pid, Some(&mut child), &dirs) {
+        let _ = stop_group(pid);
+        let _ = child.try_wait();
+        State::remove(&dirs);
+        return Err(e);
+    }
+    println!(
+        "pulsar: broker ready in {:.1}s (pid {pid}): pulsar://127.0.0.1:{}, http://127.0.0.1:{}",
+        started.elapsed().as_secs_f64(),
+        ports.broker,
+        ports.web
+    );
+    Ok(PulsarInfo::new(&ports, log_path))
+}
+
+/// Stops the broker started by [`up`] and deletes its data.
+///
+/// Sends SIGTERM to the broker's whole process group, waits up to 20 s, then
+/// sends SIGKILL. Removes the data directory, the pid file and the rendered
+/// configuration; the log file stays for inspection. Succeeds when nothing was
+/// running.
+pub fn down() -> Result<()> {
+    let dirs = Dirs::new()?;
+    match State::read(&dirs)? {
+        Some(state) if process_alive(state.pid) && is_our_broker(state.pid) => {
+            println!("pulsar: stopping broker (pid {})", state.pid);
+            stop_group(state.pid)?;
+        }
+        // Gone, or the pid now belongs to an unrelated process: signal nothing.
+        Some(_) | None => println!("pulsar: broker was not running"),
+    }
+    State::remove(&dirs);
+    remove_dir_if_exists(&dirs.data())?;
+    for f in ["standalone.conf", "log4j2.xml"] {
+        let _ = fs::remove_file(dirs.state.join(f));
+    }
+    Ok(())
+}
+
+/// Prints whether the broker runs, its pid, URLs and log file.
+pub fn status() -> Result<()> {
+    let dirs = Dirs::new()?;
+    let log = dirs.log();
+    match State::read(&dirs)? {
+        Some(state) if process_alive(state.pid) && is_our_broker(state.pid) => {
+            let info = PulsarInfo::new(&state.ports, log);
+            let serving = if serving(&state.ports) {
+                "serving"
+            } else {
+                "not serving (yet?)"
+            };
+            println!("pulsar {PULSAR_VERSION}: running, {serving}");
+            println!("  pid:         {}", state.pid);
+            println!("  service URL: {}", info.service_url);
+            println!("  admin URL:   {}", info.admin_url);
+            println!("  bookie port: {}", state.ports.bookie);
+            println!("  log:         {}", info.log_path.display());
+        }
+        _ => {
+            println!("pulsar {PULSAR_VERSION}: not running");
+            if log.exists() {
+                println!("  last log:    {}", log.display());
+            }
+        }
+    }
+    println!("  classpath:   {}", dirs.lib().display());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Directories and the state file
+// ---------------------------------------------------------------------------
+
+/// The cache (classpath) and state (pid, log, data) directories.
+struct Dirs {
+    /// `<cache>/rust-operators/pulsar/<version>`.
+    cache: PathBuf,
+    /// `<state>/rust-operators/pulsar`.
+    state: PathBuf,
+}
+
+impl Dirs {
+    fn new() -> Result<Self> {
+        let home = || -> Result<PathBuf> {
+            std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(PathBuf::from)
+                .context("HOME is not set; cannot choose the cache and state directories")
+        };
+        let xdg = |var: &str, fallback: &str| -> Result<PathBuf> {
+            match std::env::var_os(var).filter(|v| !v.is_empty()) {
+                Some(v) => Ok(PathBuf::from(v)),
+                None => Ok(home()?.join(fallback)),
+            }
+        };
+        Ok(Self {
+            cache: xdg("XDG_CACHE_HOME", ".cache")?
+                .join("rust-operators/pulsar")
+                .join(PULSAR_VERSION),
+            state: xdg("XDG_STATE_HOME", ".local/state")?.join("rust-operators/pulsar"),
+        })
+    }
+    fn lib(&self) -> PathBuf {
+        self.cache.join("lib")
+    }
+    fn data(&self) -> PathBuf {
+        self.state.join("data")
+    }
+    fn log(&self) -> PathBuf {
+        self.state.join("pulsar.log")
+    }
+    fn pid_file(&self) -> PathBuf {
+        self.state.join("pulsar.pid")
+    }
+    fn ports_file(&self) -> PathBuf {
+        self.state.join("pulsar.ports")
+    }
+}
+
+/// The three ports the broker listens on (all on 127.0.0.1).
+#[derive(Debug, Clone, Copy)]
+struct Ports {
+    broker: u16,
+    web: u16,
+    bookie: u16,
+}
+
+/// What `up` recorded about the broker it started.
+struct State {
+    pid: u32,
+    ports: Ports,
+}
+
+impl State {
+    fn read(dirs: &Dirs) -> Result<Option<Self>> {
+        let Ok(pid) = fs::read_to_string(dirs.pid_file()) else {
+            return Ok(None);
+        };
+        let Ok(pid) = pid.trim().parse::<u32>() else {
+            State::remove(dirs);
+            return Ok(None);
+        };
+        let text = fs::read_to_string(dirs.ports_file()).unwrap_or_default();
+        let mut ports = Ports {
+            broker: PulsarOptions::default().broker_port,
+            web: PulsarOptions::default().web_port,
+            bookie: DEFAULT_BOOKIE_PORT,
+        };
+        for line in text.lines() {
+            if let Some((k, v)) = line.split_once('=') {
+                let Ok(v) = v.trim().parse::<u16>() else {
+                    continue;
+                };
+                match k.trim() {
+                    "broker" => ports.broker = v,
+                    "web" => ports.web = v,
+                    "bookie" => ports.bookie = v,
+                    _ => {}
+                }
+            }
+        }
+        Ok(Some(Self { pid, ports }))
+    }
+
+    fn write(&self, dirs: &Dirs) -> Result<()> {
+        let p = &self.ports;
+        fs::write(
+            dirs.ports_file(),
+            format!("broker={}\nweb={}\nbookie={}\n", p.broker, p.web, p.bookie),
+        )
+        .with_context(|| format!("writing {}", dirs.ports_file().display()))?;
+        fs::write(dirs.pid_file(), format!("{}\n", self.pid))
+            .with_context(|| format!("writing {}", dirs.pid_file().display()))
+    }
+
+    fn remove(dirs: &Dirs) {
+        let _ = fs::remove_file(dirs.pid_file());
+        let _ = fs::remove_file(dirs.ports_file());
+    }
+}
+
+/// Serialises concurrent `up` calls (two test binaries, two shells) with a
+/// lock file holding the owner's pid; a lock left by a dead process is taken
+/// over.
+struct Lock(PathBuf);
+
+impl Lock {
+    fn acquire(path: &Path) -> Result<Self> {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        let mut told = false;
+        loop {
+            match OpenOptions::new().write(true).create_new(true).open(path) {
+                Ok(mut f) => {
+                    let _ = writeln!(f, "{}", std::process::id());
+                    return Ok(Self(path.to_path_buf()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let owner = fs::read_to_string(path)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u32>().ok());
+                    match owner {
+                        Some(pid) if process_alive(pid) => {}
+                        // Dead owner, or the owner has not written its pid
+                        // yet: only take over a lock that is a few seconds old.
+                        _ => {
+                            let old = fs::metadata(path)
+                                .and_then(|m| m.modified())
+                                .ok()
+                                .and_then(|t| t.elapsed().ok())
+                                .is_none_or(|age| age > Duration::from_secs(5));
+                            if owner.is_some() || old {
+                                let _ = fs::remove_file(path);
+                                continue;
+                            }
+                        }
+                    }
+                    if !told {
+                        println!("pulsar: another `up` is in progress; waiting for it");
+                        told = true;
+                    }
+                    if Instant::now() > deadline {
+                        bail!("timed out waiting for the lock {}", path.display());
+                    }
+                    sleep(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+            }
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Java, Maven and the classpath
+// ---------------------------------------------------------------------------
+
+/// `$JAVA_HOME/bin/java` when `JAVA_HOME` is set, else `java` from `PATH`.
+fn java_command() -> String {
+    match std::env::var_os("JAVA_HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home).join("bin/java").display().to_string(),
+        None => "java".to_string(),
+    }
+}
+
+/// Fails with an install hint unless `java` is Java 17 or newer.
+fn check_java(java: &str) -> Result<()> {
+    let out = Command::new(java)
+        .arg("-version")
+        .output()
+        .with_context(|| {
+            format!("running `{java} -version`: Java 17+ is needed ({INSTALL_HINT})")
+        })?;
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let major = text
+        .split('"')
+        .nth(1)
+        .and_then(|v| {
+            let mut parts = v.split(['.', '-', '+']);
+            match parts.next()? {
+                "1" => parts.next()?.parse::<u32>().ok(),
+                m => m.parse::<u32>().ok(),
+            }
+        })
+        .with_context(|| format!("cannot read the Java version from `{java} -version`: {text}"))?;
+    if major < 17 {
+        bail!(
+            "Pulsar {PULSAR_VERSION} needs Java 17 or newer, `{java}` is Java {major} ({INSTALL_HINT})"
+        );
+    }
+    Ok(())
+}
+
+/// FNV-1a of the pom, so that a changed pom re-resolves the classpath even
+/// when the version (the cache key) stayed the same.
+fn fingerprint(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{PULSAR_VERSION}-{h:016x}")
+}
+
+/// Returns the directory with the broker's jars, resolving them with Maven
+/// into the cache first if needed.
+fn ensure_classpath(dirs: &Dirs) -> Result<PathBuf> {
+    let lib = dirs.lib();
+    let marker = lib.join(".complete");
+    let want = fingerprint(POM);
+    if fs::read_to_string(&marker).is_ok_and(|m| m.trim() == want) {
+        return Ok(lib);
+    }
+
+    match Command::new("mvn")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => {}
+        _ => bail!(
+            "Maven (`mvn`) is needed once to assemble the Pulsar broker from Maven Central \
+             ({INSTALL_HINT})"
+        ),
+    }
+    fs::create_dir_all(&dirs.cache)
+        .with_context(|| format!("creating {}", dirs.cache.display()))?;
+    let pom = dirs.cache.join("pom.xml");
+    fs::write(&pom, POM).with_context(|| format!("writing {}", pom.display()))?;
+    let tmp = dirs.cache.join("lib.partial");
+    remove_dir_if_exists(&tmp)?;
+    let mvn_log = dirs.cache.join("mvn.log");
+    let log = File::create(&mvn_log).with_context(|| format!("creating {}", mvn_log.display()))?;
+    let log_err = log.try_clone().context("duplicating the log file handle")?;
+
+    println!(
+        "pulsar: resolving pulsar-broker {PULSAR_VERSION} with Maven (first time only, a few minutes)..."
+    );
+    let started = Instant::now();
+    let mut child = Command::new("mvn")
+        .args(["-B", "-q", "-f"])
+        .arg(&pom)
+        .arg(format!("-Dpulsar.version={PULSAR_VERSION}"))
+        .arg("dependency:copy-dependencies")
+        .arg("-DincludeScope=runtime")
+        .arg(format!("-DoutputDirectory={}", tmp.display()))
+        .current_dir(&dirs.cache)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .with_context(|| format!("starting mvn ({INSTALL_HINT})"))?;
+    let mut next_note = Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().context("waiting for mvn")? {
+            break status;
+        }
+        if started.elapsed() >= next_note {
+            println!(
+                "pulsar: still resolving ({}s)...",
+                started.elapsed().as_secs()
+            );
+            next_note += Duration::from_secs(30);
+        }
+        sleep(Duration::from_millis(250));
+    };
+    if !status.success() {
+        eprintln!("{}", tail(&mvn_log, 40));
+        bail!(
+            "mvn failed ({status}) after {}s; full output in {}",
+            started.elapsed().as_secs(),
+            mvn_log.display()
+        );
+    }
+    let main_jar = tmp.join(format!("pulsar-broker-{PULSAR_VERSION}.jar"));
+    if !main_jar.is_file() {
+        bail!(
+            "mvn succeeded but {} is missing; see {}",
+            main_jar.display(),
+            mvn_log.display()
+        );
+    }
+    remove_dir_if_exists(&lib)?;
+    fs::rename(&tmp, &lib)
+        .with_context(|| format!("moving {} to {}", tmp.display(), lib.display()))?;
+    fs::write(&marker, format!("{want}\n"))
+        .with_context(|| format!("writing {}", marker.display()))?;
+    let jars = fs::read_dir(&lib)
+        .map(|d| d.count().saturating_sub(1))
+        .unwrap_or(0);
+    println!(
+        "pulsar: resolved {jars} jars in {:.0}s into {}",
+        started.elapsed().as_secs_f64(),
+        lib.display()
+    );
+    Ok(lib)
+}
+
+/// Our configuration with the ports xtask manages put in: every `key=value`
+/// line of a managed key is replaced, keys the template lacks are appended.
+fn render_conf(template: &str, ports: &Ports) -> String {
+    let managed = [
+        ("brokerServicePort", ports.broker.to_string()),
+        ("webServicePort", ports.web.to_string()),
+    ];
+    let mut seen = [false; 2];
+    let mut out = String::with_capacity(template.len() + 128);
+    for line in template.lines() {
+        let key = line.split_once('=').map(|(k, _)| k.trim());
+        match managed.iter().position(|(k, _)| Some(*k) == key) {
+            Some(i) if !line.trim_start().starts_with('#') => {
+                out.push_str(&format!("{}={}\n", managed[i].0, managed[i].1));
+                seen[i] = true;
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    for (i, (k, v)) in managed.iter().enumerate() {
+        if !seen[i] {
+            out.push_str(&format!("{k}={v}\n"));
+        }
+    }
+    out
+}
+
+fn bookie_port() -> Result<u16> {
+    match std::env::var("XTASK_PULSAR_BOOKIE_PORT") {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .with_context(|| format!("XTASK_PULSAR_BOOKIE_PORT={v} is not a port number")),
+        _ => Ok(DEFAULT_BOOKIE_PORT),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Readiness
+// ---------------------------------------------------------------------------
+
+/// Waits until the broker serves: the binary port accepts connections and the
+/// admin API lists the `public/default` namespace (which the standalone
+/// starter creates last). Fails early when the process exits, and after
+/// [`READY_TIMEOUT`] with the tail of the log.
+fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dirs) -> Result<()> {
+    let started = Instant::now();
+    let mut next_note = Duration::from_secs(15);
+    let mut stage = "binary port";
+    loop {
+        let exited = match child.as_deref_mut() {
+            Some(c) => c
+                .try_wait()
+                .context("checking the broker process")?
+                .map(|s| s.to_string()),
+            None => (!process_alive(pid)).then(|| "exited".to_string()),
+        };
+        if let Some(how) = exited {
+            eprintln!("{}", tail(&dirs.log(), 60));
+            bail!(
+                "the Pulsar broker exited during startup ({how}); log: {}",
+                dirs.log().display()
+            );
+        }
+        if port_open(ports.broker) {
+            stage = "admin API";
+            // Poll the tenant first: asking for its namespaces before it
+            // exists fills the log with errors.
+            let tenant = http_get(ports.web, "/admin/v2/tenants")
+                .is_some_and(|(code, body)| code == 200 && body.contains("\"public\""));
+            if tenant {
+                stage = "namespace public/default";
+                if http_get(ports.web, "/admin/v2/namespaces/public")
+                    .is_some_and(|(code, body)| code == 200 && body.contains("public/default"))
+                {
+                    return Ok(());
+                }
+            }
+        }
+        let elapsed = started.elapsed();
+        if elapsed > READY_TIMEOUT {
+            eprintln!("{}", tail(&dirs.log(), 60));
+            bail!(
+                "the Pulsar broker (pid {pid}) did not serve within {}s (waiting for the {stage}); \
+                 log: {}",
+                READY_TIMEOUT.as_secs(),
+                dirs.log().display()
+            );
+        }
+        if elapsed >= next_note {
+            println!(
+                "pulsar: waiting for the {stage} ({}s)...",
+                elapsed.as_secs()
+            );
+            next_note += Duration::from_secs(15);
+        }
+        sleep(Duration::from_millis(500));
+    }
+}
+
+/// Both ports answer, the admin API with a 200 for the cluster list.
+fn serving(ports: &Ports) -> bool {
+    port_open(ports.broker)
+        && http_get(ports.web, "/admin/v2/clusters").is_some_and(|(code, _)| code == 200)
+}
+
+fn port_open(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+}
+
+/// A minimal HTTP/1.0 GET on 127.0.0.1: status code and body, or `None`.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------
+
+/// Whether `pid` is a live process (zombies count as dead).
+fn process_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) if Path::new("/proc/self").exists() => false,
+        // No procfs: ask kill(1).
+        Err(_) => Command::new("kill")
+            .args(["-0", &pid.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
+    }
+}
+
+/// Guards against a recycled pid: the process must be our standalone broker.
+fn is_our_broker(pid: u32) -> bool {
+    match fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmdline) => String::from_utf8_lossy(&cmdline).contains(MAIN_CLASS),
+        Err(_) => !Path::new("/proc/self").exists(),
+    }
+}
+
+/// Whether any process of process group `pgid` is still alive.
+fn group_alive(pgid: u32) -> bool {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return process_alive(pgid);
+    };
+    entries.flatten().any(|e| {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            return false;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // Fields after the command name: state, ppid, pgrp, ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields.len() > 2
+            && fields[0] != "Z"
+            && fields[0] != "X"
+            && fields[2].parse::<u32>().ok() == Some(pgid)
+    })
+}
+
+/// SIGTERM to process group `pgid`, up to [`STOP_TIMEOUT`] to exit, then
+/// SIGKILL. The group was created by `up` with the broker as its leader, so
+/// its id is the broker's pid.
+fn stop_group(pgid: u32) -> Result<()> {
+    if pgid <= 1 || !group_alive(pgid) {
+        return Ok(());
+    }
+    signal_group("TERM", pgid)?;
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while Instant::now() < deadline {
+        if !group_alive(pgid) {
+            return Ok(());
+        }
+        sleep(Duration::from_millis(200));
+    }
+    println!(
+        "pulsar: broker did not stop within {}s; killing it",
+        STOP_TIMEOUT.as_secs()
+    );
+    signal_group("KILL", pgid)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if !group_alive(pgid) {
+            return Ok(());
+        }
+        sleep(Duration::from_millis(100));
+    }
+    bail!("process group {pgid} is still alive after SIGKILL")
+}
+
+fn signal_group(signal: &str, pgid: u32) -> Result<()> {
+    // `kill -s SIG -- -PGID` signals the whole group; failing because the
+    // group vanished in the meantime is fine.
+    let status = Command::new("kill")
+        .args(["-s", signal, "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status()
+        .context("running kill(1)")?;
+    if !status.success() && group_alive(pgid) {
+        bail!("`kill -s {signal} -- -{pgid}` failed ({status})");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+fn remove_dir_if_exists(dir: &Path) -> Result<()> {
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", dir.display())),
+    }
+}
+
+/// The last `n` lines of a file, framed for printing.
+fn tail(path: &Path, n: usize) -> String {
+    let text = fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    format!(
+        "----- last {} lines of {} -----\n{}\n-----",
+        lines.len() - start,
+        path.display(),
+        lines[start..].join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_conf_replaces_managed_ports() {
+        let ports = Ports {
+            broker: 16650,
+            web: 28080,
+            bookie: 13181,
+        };
+        let out = render_conf(
+            "# webServicePort=1\nbrokerServicePort=6650\nclusterName=x\n",
+            &ports,
+        );
+        assert_eq!(
+            out,
+            "# webServicePort=1\nbrokerServicePort=16650\nclusterName=x\nwebServicePort=28080\n"
+        );
+        let real = render_conf(CONF_TEMPLATE, &ports);
+        assert!(real.contains("\nwebServicePort=28080\n"));
+        assert!(real.contains("\nbrokerServicePort=16650\n"));
+        assert!(!real.contains("=6650\n"));
+    }
+
+    #[test]
+    fn fingerprint_is_stable() {
+        assert_eq!(
+            fingerprint(""),
+            format!("{PULSAR_VERSION}-cbf29ce484222325")
+        );
+    }
+}
