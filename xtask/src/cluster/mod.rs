@@ -287,8 +287,14 @@ fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
         ],
         Process::ControllerManager => vec![
             format!("--kubeconfig={}", cfg("controller-manager.kubeconfig")),
-            format!("--authentication-kubeconfig={}", cfg("controller-manager.kubeconfig")),
-            format!("--authorization-kubeconfig={}", cfg("controller-manager.kubeconfig")),
+            format!(
+                "--authentication-kubeconfig={}",
+                cfg("controller-manager.kubeconfig")
+            ),
+            format!(
+                "--authorization-kubeconfig={}",
+                cfg("controller-manager.kubeconfig")
+            ),
             "--bind-address=127.0.0.1".into(),
             "--secure-port=10257".into(),
             "--leader-elect=false".into(),
@@ -306,7 +312,10 @@ fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
         ],
         Process::Scheduler => vec![
             format!("--config={}", cfg("scheduler.yaml")),
-            format!("--authentication-kubeconfig={}", cfg("scheduler.kubeconfig")),
+            format!(
+                "--authentication-kubeconfig={}",
+                cfg("scheduler.kubeconfig")
+            ),
             format!("--authorization-kubeconfig={}", cfg("scheduler.kubeconfig")),
             "--bind-address=127.0.0.1".into(),
             "--secure-port=10259".into(),
@@ -370,11 +379,8 @@ fn wait_started(layout: &Layout, p: Process) -> Result<()> {
         Process::ApiServer => (Duration::from_secs(120), Box::new(|| api_ready(layout))),
         _ => (Duration::from_secs(2), Box::new(|| false)),
     };
-    let ok = cmd::wait_until(timeout, || {
-        layout.running_pid(p).is_none() || ready()
-    });
-    if layout.running_pid(p).is_none() || (!ok && matches!(p, Process::Etcd | Process::ApiServer))
-    {
+    let ok = cmd::wait_until(timeout, || layout.running_pid(p).is_none() || ready());
+    if layout.running_pid(p).is_none() || (!ok && matches!(p, Process::Etcd | Process::ApiServer)) {
         bail!(
             "{} did not start; the end of {}:\n{}",
             p.name(),
@@ -416,7 +422,12 @@ metadata:
     std::fs::write(&path, manifest)?;
     cmd::output(
         kubectl(layout)?
-            .args(["apply", "--server-side", "--field-manager=xtask-cluster", "-f"])
+            .args([
+                "apply",
+                "--server-side",
+                "--field-manager=xtask-cluster",
+                "-f",
+            ])
             .arg(&path),
     )
     .context("registering the simulated nodes")?;
@@ -496,7 +507,9 @@ pub fn down() -> Result<()> {
     }
     for pid in stray_processes() {
         println!("cluster: stopping leftover process {pid}");
-        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
     }
     if layout.root.exists() {
         std::fs::remove_dir_all(&layout.root)
@@ -511,7 +524,11 @@ pub fn status() -> Result<()> {
     let layout = Layout::new();
     for p in Process::ALL {
         match layout.running_pid(p) {
-            Some(pid) => println!("{:<24} running (pid {pid})  log: {}", p.name(), layout.log(p).display()),
+            Some(pid) => println!(
+                "{:<24} running (pid {pid})  log: {}",
+                p.name(),
+                layout.log(p).display()
+            ),
             None => println!("{:<24} stopped", p.name()),
         }
     }

@@ -59,8 +59,20 @@ pub fn ensure(dir: &Path) -> Result<()> {
         anyhow::bail!("the local cluster needs the `openssl` command: apt-get install -y openssl");
     }
     cmd::output(openssl(dir).args([
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650", "-subj",
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "3650",
+        "-subj",
         "/CN=rust-operators-local-ca",
     ]))
     .context("making the cluster CA")?;
@@ -91,13 +103,36 @@ fn issue(dir: &Path, stem: &str, subject: &str, extensions: &str) -> Result<()> 
     let ext = dir.join(format!("{stem}.ext"));
     std::fs::write(&ext, extensions)?;
     cmd::output(openssl(dir).args([
-        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", &format!("{stem}.key"), "-out", &format!("{stem}.csr"), "-subj", subject,
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        &format!("{stem}.key"),
+        "-out",
+        &format!("{stem}.csr"),
+        "-subj",
+        subject,
     ]))
     .with_context(|| format!("making the key of {stem}"))?;
     cmd::output(openssl(dir).args([
-        "x509", "-req", "-in", &format!("{stem}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "3650", "-out", &format!("{stem}.crt"), "-extfile",
+        "x509",
+        "-req",
+        "-in",
+        &format!("{stem}.csr"),
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "3650",
+        "-out",
+        &format!("{stem}.crt"),
+        "-extfile",
         &format!("{stem}.ext"),
     ]))
     .with_context(|| format!("signing the certificate of {stem}"))?;

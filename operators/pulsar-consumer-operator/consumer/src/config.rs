@@ -108,11 +108,14 @@ pub struct ConsumeArgs {
     #[arg(long, env = ENV_SUBSCRIPTION)]
     pub pulsar_subscription_name: Option<String>,
 
-    /// Where a subscription that does not exist yet starts reading.
+    /// Where a subscription that does not exist yet starts reading
+    /// (default: earliest, so messages sent before the first consumer
+    /// started are not skipped).
     #[arg(long, env = "PULSAR_INITIAL_POSITION", value_enum)]
     pub pulsar_initial_position: Option<InitialPosition>,
 
-    /// Listen address of the `/healthz` and `/metrics` endpoints.
+    /// Listen address of the `/healthz` and `/metrics` endpoints
+    /// (default: 0.0.0.0:8080).
     #[arg(long, env = ENV_HTTP_BIND)]
     pub http_bind_address: Option<String>,
 }

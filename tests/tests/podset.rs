@@ -1,0 +1,365 @@
+//! The PodSet operator on a real cluster, run with its own ServiceAccount.
+
+use anyhow::Result;
+use e2e::operator::{OperatorProcess, metric_sum};
+use e2e::{TIMEOUT, TestNamespace, dynamic_api, kubectl_ok, poll, wait_for};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::runtime::watcher;
+use podset_operator::api::PodSet;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const OPERATOR: &str = "podset-operator";
+
+fn podset(name: &str, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "batch.tutorial.kubebuilder.io/v1",
+        "kind": "PodSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas}
+    })
+}
+
+async fn create(ns: &TestNamespace, manifest: Value) -> Result<PodSet> {
+    let obj: PodSet = serde_json::from_value(manifest)?;
+    Ok(ns
+        .api::<PodSet>()
+        .create(&PostParams::default(), &obj)
+        .await?)
+}
+
+/// Waits until the PodSet reports `replicas` ready pods for its current generation.
+async fn wait_ready(ns: &TestNamespace, name: &str, replicas: i32) -> Result<PodSet> {
+    let api: Api<PodSet> = ns.api();
+    let ps = wait_for(&api, name, move |ps: Option<&PodSet>| {
+        ps.is_some_and(|ps| {
+            let Some(status) = &ps.status else {
+                return false;
+            };
+            status.observed_generation == ps.metadata.generation
+                && status.ready_replicas == replicas
+                && status.replicas == replicas
+                && status.pod_names.len() == replicas as usize
+                && status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    })
+    .await?;
+    ps.ok_or_else(|| anyhow::anyhow!("PodSet {name} vanished"))
+}
+
+async fn owned_pods(ns: &TestNamespace, owner: &PodSet) -> Result<Vec<Pod>> {
+    let uid = owner.metadata.uid.clone().unwrap_or_default();
+    let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid && o.controller == Some(true))
+        })
+        .collect())
+}
+
+fn scale(ns: &TestNamespace, name: &str, replicas: i32) -> Result<()> {
+    kubectl_ok([
+        "scale",
+        &format!("podset/{name}"),
+        &format!("--replicas={replicas}"),
+        "-n",
+        &ns.name,
+    ])?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_converges_scales_and_repairs() -> Result<()> {
+    let ns = TestNamespace::restricted("podset").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+
+    // Create converges to Ready, with the original operator's manifest.
+    create(&ns, podset("demo", 3)).await?;
+    let ps = wait_ready(&ns, "demo", 3).await?;
+    let status = ps.status.clone().unwrap_or_default();
+    let mut sorted = status.pod_names.clone();
+    sorted.sort();
+    assert_eq!(status.pod_names, sorted, "podNames must be sorted");
+    let pods = owned_pods(&ns, &ps).await?;
+    assert_eq!(pods.len(), 3);
+    for pod in &pods {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        assert!(name.starts_with("demo-pod-"), "{name}");
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("app").map(String::as_str), Some("demo"));
+        assert_eq!(labels.get("version").map(String::as_str), Some("v0.1"));
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some(OPERATOR)
+        );
+        assert_eq!(
+            labels.get("app.kubernetes.io/instance").map(String::as_str),
+            Some("demo")
+        );
+        assert!(status.pod_names.contains(&name));
+    }
+
+    // The scale subresource: `kubectl scale` works, up and down.
+    scale(&ns, "demo", 5)?;
+    wait_ready(&ns, "demo", 5).await?;
+    scale(&ns, "demo", 2)?;
+    let ps = wait_ready(&ns, "demo", 2).await?;
+    assert_eq!(owned_pods(&ns, &ps).await?.len(), 2);
+
+    // A deleted pod comes back (as a new pod).
+    let victim = ps.status.clone().unwrap_or_default().pod_names[0].clone();
+    ns.api::<Pod>()
+        .delete(&victim, &DeleteParams::default())
+        .await?;
+    let pods: Api<Pod> = ns.api();
+    poll("the deleted pod replaced", TIMEOUT, || async {
+        let current = owned_pods(&ns, &ps).await?;
+        let gone = current
+            .iter()
+            .all(|p| p.metadata.name.as_deref() != Some(victim.as_str()));
+        Ok((gone && current.len() == 2).then_some(()))
+    })
+    .await?;
+    wait_ready(&ns, "demo", 2).await?;
+
+    // A stranger's pod with the same labels is left alone and not counted.
+    let stranger: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "stranger", "labels": {"app": "demo", "version": "v0.1"}},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "c", "image": "busybox",
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+        }
+    }))?;
+    pods.create(&PostParams::default(), &stranger).await?;
+    let ps = wait_ready(&ns, "demo", 2).await?;
+    assert!(
+        !ps.status
+            .unwrap_or_default()
+            .pod_names
+            .contains(&"stranger".to_owned())
+    );
+    assert!(pods.get_opt("stranger").await?.is_some());
+
+    // Deleting the PodSet garbage-collects its pods, not the stranger.
+    ns.api::<PodSet>()
+        .delete("demo", &DeleteParams::background())
+        .await?;
+    poll("the PodSet's pods gone", TIMEOUT, || async {
+        let left: Vec<String> = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        Ok((left == ["stranger"]).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_at_rest_writes_nothing() -> Result<()> {
+    let ns = TestNamespace::new("podset-idle").await?;
+    let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    create(&ns, podset("idle", 3)).await?;
+    let ps = wait_ready(&ns, "idle", 3).await?;
+    let before_status = ps.status.clone();
+    let before_rv: BTreeMap<String, String> = owned_pods(&ns, &ps)
+        .await?
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.metadata.resource_version.unwrap_or_default(),
+            )
+        })
+        .collect();
+
+    // Trigger a reconcile without changing the spec: touch an annotation,
+    // then wait until the operator has reconciled it (its counter moves).
+    let reconciles = |text: &str| metric_sum(text, "controller_runtime_reconcile_total", &[]);
+    let before = reconciles(&op.metrics()?);
+    ns.api::<PodSet>()
+        .patch(
+            "idle",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
+        )
+        .await?;
+    poll("a reconcile after the touch", TIMEOUT, || async {
+        Ok((reconciles(&op.metrics()?) > before).then_some(()))
+    })
+    .await?;
+
+    let after = ns.api::<PodSet>().get("idle").await?;
+    assert_eq!(after.status, before_status, "status must not be rewritten");
+    let after_rv: BTreeMap<String, String> = owned_pods(&ns, &after)
+        .await?
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.metadata.resource_version.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(before_rv, after_rv, "pods must not be written");
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_never_overshoots_under_rapid_scaling() -> Result<()> {
+    let ns = TestNamespace::new("podset-scale").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    create(&ns, podset("burst", 0)).await?;
+    wait_ready(&ns, "burst", 0).await?;
+
+    // Watch every pod of the namespace: the highest number of live
+    // (non-terminating) pods ever seen, and every pod ever created.
+    #[derive(Default)]
+    struct Seen {
+        live: BTreeSet<String>,
+        max_live: usize,
+        ever: BTreeSet<String>,
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let watch = {
+        let seen = Arc::clone(&seen);
+        let stream = watcher(ns.api::<Pod>(), watcher::Config::default());
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let Ok(mut s) = seen.lock() else { return };
+                match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                        let uid = p.metadata.uid.clone().unwrap_or_default();
+                        s.ever.insert(uid.clone());
+                        if p.metadata.deletion_timestamp.is_none() {
+                            s.live.insert(uid);
+                        } else {
+                            s.live.remove(&uid);
+                        }
+                        s.max_live = s.max_live.max(s.live.len());
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        s.live.remove(&p.metadata.uid.unwrap_or_default());
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+
+    // 0 -> 20, with a burst of unrelated updates so that reconciles run
+    // while the operator's cache has not yet seen its own creates.
+    scale(&ns, "burst", 20)?;
+    let api: Api<PodSet> = ns.api();
+    for i in 0..10 {
+        api.patch(
+            "burst",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/nudge": i.to_string()}}})),
+        )
+        .await?;
+    }
+    wait_ready(&ns, "burst", 20).await?;
+    {
+        let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        assert_eq!(s.ever.len(), 20, "exactly 20 pods were ever created");
+        assert!(s.max_live <= 20, "saw {} live pods", s.max_live);
+    }
+
+    // 20 -> 3 -> 15 quickly.
+    scale(&ns, "burst", 3)?;
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the scale-down begin
+    scale(&ns, "burst", 15)?;
+    let ps = wait_ready(&ns, "burst", 15).await?;
+    assert_eq!(owned_pods(&ns, &ps).await?.len(), 15);
+    {
+        let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        assert!(s.max_live <= 20, "saw {} live pods", s.max_live);
+    }
+    watch.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
+    let ns = TestNamespace::new("podset-invalid").await?;
+    let api: Api<DynamicObject> = dynamic_api(
+        &ns,
+        "batch.tutorial.kubebuilder.io",
+        "v1",
+        "PodSet",
+        "podsets",
+    );
+    e2e::operator::install(OPERATOR)?;
+    let cases = [
+        (json!({"replicas": -1}), "spec.replicas"),
+        (json!({"replicas": 1001}), "spec.replicas"),
+        (json!({"replicas": "three"}), "spec.replicas"),
+        (json!({}), "spec.replicas"),
+        (json!({"replicas": 1, "image": ""}), "spec.image"),
+    ];
+    for (i, (spec, field)) in cases.into_iter().enumerate() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "batch.tutorial.kubebuilder.io/v1",
+            "kind": "PodSet",
+            "metadata": {"name": format!("bad-{i}")},
+            "spec": spec,
+        }))?;
+        let err = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(&format!("{spec} must be rejected"));
+        let message = err.to_string();
+        assert!(
+            message.contains(field),
+            "the error for {spec} must name {field}: {message}"
+        );
+    }
+    assert!(api.list(&ListParams::default()).await?.items.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_outside_watch_namespace_is_untouched() -> Result<()> {
+    let watched = TestNamespace::new("podset-watched").await?;
+    let other = TestNamespace::new("podset-other").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    create(&other, podset("ignored", 2)).await?;
+    create(&watched, podset("seen", 1)).await?;
+    // Once the watched one converged, the operator has been running and
+    // listening; the other namespace's object must have no status and no pods.
+    wait_ready(&watched, "seen", 1).await?;
+    let ignored = other.api::<PodSet>().get("ignored").await?;
+    assert!(ignored.status.is_none(), "{:?}", ignored.status);
+    assert!(
+        other
+            .api::<Pod>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+    );
+    Ok(())
+}

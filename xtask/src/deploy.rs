@@ -1,0 +1,525 @@
+//! `cargo xtask deploy|undeploy|run <operator>`: what `make deploy`,
+//! `make undeploy` and `make install run` do for the Go originals.
+//!
+//! `deploy` regenerates the CRD, builds the image (Docker where a daemon
+//! answers, else `cargo xtask image`), makes it reachable by the cluster
+//! (a registry push, or loading into kind), applies the operator's
+//! kustomization and waits for the rollout. The kustomization it applies is
+//! generated under `target/deploy/<operator>/`: it refers to the committed
+//! `deploy/<operator>` tree and only sets the image (and, namespace-scoped,
+//! the watched namespaces), so no tracked file is ever edited. `undeploy`
+//! deletes what that kustomization describes.
+
+use crate::cluster;
+use crate::cmd;
+use crate::crds;
+use crate::image;
+use crate::paths;
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+/// Options of `cargo xtask deploy`.
+#[derive(clap::Args)]
+pub struct DeployArgs {
+    /// The operator (e.g. `podset-operator`).
+    pub operator: String,
+    /// Deploy this image reference as it is (no build, no push).
+    #[arg(long, conflicts_with = "registry")]
+    pub image: Option<String>,
+    /// Push the image to this registry (`host:port`) and deploy it by digest.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub registry: Option<String>,
+    /// Install namespace-scoped, watching these namespaces (`a,b`).
+    #[arg(long, value_name = "NS,...", value_delimiter = ',')]
+    pub namespaced: Option<Vec<String>>,
+    /// The image tag (default: the package version).
+    #[arg(long)]
+    pub tag: Option<String>,
+}
+
+/// Options of `cargo xtask run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The operator (e.g. `podset-operator`).
+    pub operator: String,
+    /// Arguments after `run` (e.g. `-- --watch-namespace=a`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+fn check_operator(operator: &str) -> Result<PathBuf> {
+    if !crds::OPERATORS.contains(&operator) {
+        bail!(
+            "unknown operator {operator:?}; one of: {}",
+            crds::OPERATORS.join(", ")
+        );
+    }
+    let dir = paths::repo_root().join("deploy").join(operator);
+    if !dir.join("kustomization.yaml").exists() {
+        bail!("{} has no kustomization.yaml yet", dir.display());
+    }
+    Ok(dir)
+}
+
+/// The cluster's own kubectl when it was built, else `kubectl` on PATH; with
+/// no kubeconfig anywhere, the local cluster's.
+fn kubectl() -> Command {
+    let program = cluster::build::kubectl()
+        .ok()
+        .filter(|p| cmd::is_executable(p))
+        .unwrap_or_else(|| "kubectl".into());
+    let mut c = Command::new(program);
+    let has_env = std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty());
+    let default = std::env::var_os("HOME").map(|h| Path::new(&h).join(".kube/config"));
+    if !has_env && !default.is_some_and(|d| d.exists()) {
+        let layout = cluster::Layout::new();
+        if cluster::is_up(&layout) {
+            c.env("KUBECONFIG", layout.kubeconfig());
+        }
+    }
+    c
+}
+
+fn current_context() -> Result<String> {
+    Ok(cmd::output(kubectl().args(["config", "current-context"]))?
+        .trim()
+        .to_owned())
+}
+
+fn generated_dir(operator: &str) -> PathBuf {
+    paths::target_dir().join("deploy").join(operator)
+}
+
+/// `to` relative to `from` (both absolute), for kustomize's `resources:`.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<Component> = from.components().collect();
+    let to_parts: Vec<Component> = to.components().collect();
+    let common = from
+        .iter()
+        .zip(&to_parts)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if common == 0 {
+        return to.to_path_buf();
+    }
+    let mut rel = PathBuf::new();
+    for _ in common..from.len() {
+        rel.push("..");
+    }
+    for part in &to_parts[common..] {
+        rel.push(part);
+    }
+    rel
+}
+
+/// An image reference split the way kustomize's `images:` wants it.
+#[derive(Debug, PartialEq, Eq)]
+struct ImageRef {
+    name: String,
+    tag: Option<String>,
+    digest: Option<String>,
+}
+
+impl ImageRef {
+    fn parse(reference: &str) -> ImageRef {
+        let (rest, digest) = match reference.split_once('@') {
+            Some((r, d)) => (r, Some(d.to_owned())),
+            None => (reference, None),
+        };
+        let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+        let (name, tag) = match rest[last_slash..].rfind(':') {
+            Some(i) => (
+                rest[..last_slash + i].to_owned(),
+                Some(rest[last_slash + i + 1..].to_owned()),
+            ),
+            None => (rest.to_owned(), None),
+        };
+        ImageRef { name, tag, digest }
+    }
+
+    fn kustomize(&self, operator: &str) -> Value {
+        let mut v = json!({"name": operator, "newName": self.name});
+        if let Some(tag) = &self.tag {
+            v["newTag"] = json!(tag);
+        }
+        if let Some(digest) = &self.digest {
+            v["digest"] = json!(digest);
+        }
+        v
+    }
+}
+
+fn docker_works() -> bool {
+    cmd::on_path("docker") && cmd::succeeds(Command::new("docker").arg("info"))
+}
+
+/// Builds the image and makes it reachable; returns the reference to deploy.
+fn provide_image(operator: &str, args: &DeployArgs) -> Result<ImageRef> {
+    if let Some(reference) = &args.image {
+        println!("deploy: using the image {reference} as given");
+        return Ok(ImageRef::parse(reference));
+    }
+    let dockerfile = Path::new("operators").join(operator).join("Dockerfile");
+    let use_docker = docker_works() && paths::repo_root().join(&dockerfile).exists();
+    let context = current_context().unwrap_or_default();
+    let kind_cluster = context.strip_prefix("kind-").map(str::to_owned);
+
+    if use_docker {
+        let tag = args.tag.clone().unwrap_or_else(|| "dev".into());
+        let local = format!("{operator}:{tag}");
+        println!("deploy: docker build -f {} .", dockerfile.display());
+        cmd::run(
+            Command::new("docker")
+                .current_dir(paths::repo_root())
+                .args(["build", "-f"])
+                .arg(&dockerfile)
+                .args(["-t", &local, "."]),
+        )?;
+        if let Some(registry) = &args.registry {
+            let remote = format!("{}/{operator}:{tag}", registry.trim_end_matches('/'));
+            cmd::run(Command::new("docker").args(["tag", &local, &remote]))?;
+            cmd::run(Command::new("docker").args(["push", &remote]))?;
+            let pinned = cmd::output(Command::new("docker").args([
+                "inspect",
+                "--format",
+                "{{index .RepoDigests 0}}",
+                &remote,
+            ]))?;
+            let mut reference = ImageRef::parse(pinned.trim());
+            reference.tag = Some(tag);
+            println!("deploy: pushed {}", pinned.trim());
+            return Ok(reference);
+        }
+        if let Some(cluster) = &kind_cluster {
+            need("kind")?;
+            cmd::run(Command::new("kind").args([
+                "load",
+                "docker-image",
+                &local,
+                "--name",
+                cluster,
+            ]))?;
+        } else {
+            unreachable_warning(&local, &context);
+        }
+        return Ok(ImageRef::parse(&local));
+    }
+
+    let built = image::build(operator, args.tag.as_deref())?;
+    if let Some(registry) = &args.registry {
+        let pushed = image::push(&built, registry)?;
+        let mut reference = ImageRef::parse(&pushed);
+        reference.tag = Some(built.tag.clone());
+        return Ok(reference);
+    }
+    // Without a registry the tag carries the digest, so a new build is a new
+    // reference and the Deployment rolls.
+    let short = built.digest.trim_start_matches("sha256:");
+    let local = format!("{operator}:{}-{}", built.tag, &short[..12.min(short.len())]);
+    if let Some(cluster) = &kind_cluster {
+        need("kind")?;
+        need("skopeo")?;
+        let archive = image::images_dir().join(format!("{operator}.docker.tar"));
+        let _ = std::fs::remove_file(&archive);
+        cmd::run(Command::new("skopeo").args([
+            "copy",
+            "--quiet",
+            &built.oci_ref(),
+            &format!("docker-archive:{}:{local}", archive.display()),
+        ]))?;
+        cmd::run(
+            Command::new("kind")
+                .args(["load", "image-archive"])
+                .arg(&archive)
+                .args(["--name", cluster]),
+        )?;
+    } else {
+        unreachable_warning(&local, &context);
+    }
+    Ok(ImageRef::parse(&local))
+}
+
+fn need(program: &str) -> Result<()> {
+    if !cmd::on_path(program) {
+        bail!("{program} is needed here but is not on PATH");
+    }
+    Ok(())
+}
+
+fn unreachable_warning(reference: &str, context: &str) {
+    println!(
+        "deploy: warning: the image {reference} was built locally only; the nodes of \
+         context {context:?} must be able to pull it (pass --registry <host:port> to push it, \
+         or load it into the nodes yourself)"
+    );
+}
+
+/// Splits `kubectl kustomize` output into its documents.
+fn documents(yaml: &str) -> Result<Vec<Value>> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    for line in yaml.lines().chain(std::iter::once("---")) {
+        if line == "---" {
+            if !current.trim().is_empty() {
+                docs.push(serde_norway::from_str(&current).context("parsing kustomize output")?);
+            }
+            current.clear();
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    Ok(docs)
+}
+
+fn kustomize(dir: &Path) -> Result<Vec<Value>> {
+    documents(&cmd::output(kubectl().arg("kustomize").arg(dir))?)
+}
+
+/// The namespace-scoped resources: the operator's ClusterRole rules as a Role
+/// (and its binding) in each watched namespace, and the Deployment patch
+/// setting WATCH_NAMESPACE.
+fn namespaced_resources(
+    deploy_dir: &Path,
+    operator: &str,
+    namespaces: &[String],
+) -> Result<(String, String)> {
+    let rbac = kustomize(&deploy_dir.join("cluster-rbac"))?;
+    let role = rbac
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .context("cluster-rbac/ has no ClusterRole")?;
+    let binding = rbac
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .context("cluster-rbac/ has no ClusterRoleBinding")?;
+    let name = role["metadata"]["name"].as_str().unwrap_or(operator);
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let labels = role["metadata"]["labels"].clone();
+        out.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "rules": role["rules"],
+        }));
+        out.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": binding["subjects"],
+        }));
+    }
+    let roles = out
+        .iter()
+        .map(serde_norway::to_string)
+        .collect::<Result<Vec<_>, _>>()?
+        .join("---\n");
+
+    let base = kustomize(&deploy_dir.join("base"))?;
+    let deployment = base
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == operator)
+        .with_context(|| format!("base/ has no Deployment {operator}"))?;
+    let container = deployment["spec"]["template"]["spec"]["containers"][0]["name"]
+        .as_str()
+        .context("the Deployment has no container")?;
+    let patch = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": operator, "namespace": deployment["metadata"]["namespace"]},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": container,
+            "env": [{"name": "WATCH_NAMESPACE", "value": namespaces.join(",")}],
+        }]}}},
+    });
+    Ok((roles, serde_norway::to_string(&patch)?))
+}
+
+/// Writes `target/deploy/<operator>/kustomization.yaml` (and its parts).
+fn write_kustomization(
+    operator: &str,
+    deploy_dir: &Path,
+    image: &ImageRef,
+    namespaces: Option<&[String]>,
+) -> Result<PathBuf> {
+    let out = generated_dir(operator);
+    if out.exists() {
+        std::fs::remove_dir_all(&out)?;
+    }
+    std::fs::create_dir_all(&out)?;
+    let mut kustomization = json!({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "images": [image.kustomize(operator)],
+    });
+    match namespaces {
+        None => {
+            kustomization["resources"] = json!([relative(&out, deploy_dir)]);
+        }
+        Some(namespaces) => {
+            let (roles, patch) = namespaced_resources(deploy_dir, operator, namespaces)?;
+            std::fs::write(out.join("watched-namespaces.yaml"), roles)?;
+            std::fs::write(out.join("deployment-patch.yaml"), patch)?;
+            kustomization["resources"] = json!([
+                relative(&out, &deploy_dir.join("base")),
+                "watched-namespaces.yaml"
+            ]);
+            kustomization["patches"] = json!([{"path": "deployment-patch.yaml"}]);
+        }
+    }
+    let text = format!(
+        "# Generated by `cargo xtask deploy {operator}`; `cargo xtask undeploy {operator}` deletes it.\n{}",
+        serde_norway::to_string(&kustomization)?
+    );
+    std::fs::write(out.join("kustomization.yaml"), text)?;
+    Ok(out)
+}
+
+/// `cargo xtask deploy ...`.
+pub fn deploy(args: &DeployArgs) -> Result<()> {
+    let operator = args.operator.as_str();
+    let deploy_dir = check_operator(operator)?;
+    crds::run(false)?;
+    let image = provide_image(operator, args)?;
+    let dir = write_kustomization(operator, &deploy_dir, &image, args.namespaced.as_deref())?;
+    println!("deploy: applying {}", dir.display());
+    if let Some(namespaces) = &args.namespaced {
+        // The CRD is cluster-scoped: not part of the namespaced install.
+        cmd::run(
+            kubectl()
+                .args(["apply", "--server-side", "-f"])
+                .arg(deploy_dir.join("crd.yaml")),
+        )?;
+        // Watched namespaces are the user's: created when missing, never deleted.
+        for ns in namespaces {
+            if !cmd::succeeds(kubectl().args(["get", "namespace", ns])) {
+                cmd::run(kubectl().args(["create", "namespace", ns]))?;
+            }
+        }
+    }
+    cmd::run(
+        kubectl()
+            .args([
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=xtask-deploy",
+                "-k",
+            ])
+            .arg(&dir),
+    )?;
+    cmd::run(kubectl().args([
+        "rollout",
+        "status",
+        &format!("deployment/{operator}"),
+        "-n",
+        &format!("{operator}-system"),
+        "--timeout=180s",
+    ]))?;
+    println!("deploy: {operator} is rolled out");
+    Ok(())
+}
+
+/// `cargo xtask undeploy <operator>`.
+pub fn undeploy(operator: &str) -> Result<()> {
+    let deploy_dir = check_operator(operator)?;
+    let generated = generated_dir(operator);
+    let dir = if generated.join("kustomization.yaml").exists() {
+        generated
+    } else {
+        deploy_dir
+    };
+    println!("undeploy: deleting what {} describes", dir.display());
+    cmd::run(
+        kubectl()
+            .args(["delete", "--ignore-not-found", "-k"])
+            .arg(&dir),
+    )?;
+    Ok(())
+}
+
+/// `cargo xtask run <operator> [-- args]`: installs the CRD and runs the
+/// operator on this machine against the current kubeconfig.
+pub fn run(args: &RunArgs) -> Result<()> {
+    let operator = args.operator.as_str();
+    if !crds::OPERATORS.contains(&operator) {
+        bail!(
+            "unknown operator {operator:?}; one of: {}",
+            crds::OPERATORS.join(", ")
+        );
+    }
+    let crd = paths::repo_root()
+        .join("deploy")
+        .join(operator)
+        .join("crd.yaml");
+    if crd.exists() {
+        cmd::run(kubectl().args(["apply", "--server-side", "-f"]).arg(&crd))?;
+    } else {
+        // No deploy tree yet: install what the code generates.
+        crds::build_operators(&[operator])?;
+        let binary = paths::target_dir().join("debug").join(operator);
+        let generated = cmd::output(Command::new(binary).arg("crd"))?;
+        let file = generated_dir(operator).join("crd.yaml");
+        std::fs::create_dir_all(generated_dir(operator))?;
+        std::fs::write(&file, generated)?;
+        cmd::run(kubectl().args(["apply", "--server-side", "-f"]).arg(&file))?;
+    }
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .current_dir(paths::repo_root())
+        .args(["run", "-p", operator, "--", "run"])
+        .args(&args.args);
+    if let Some(kubeconfig) = kubectl()
+        .get_envs()
+        .find(|(k, _)| *k == "KUBECONFIG")
+        .and_then(|(_, v)| v)
+    {
+        cargo.env("KUBECONFIG", kubeconfig);
+    }
+    cmd::run(&mut cargo).context("the operator stopped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_references() {
+        assert_eq!(
+            ImageRef::parse("127.0.0.1:5000/op:1.0@sha256:ab"),
+            ImageRef {
+                name: "127.0.0.1:5000/op".into(),
+                tag: Some("1.0".into()),
+                digest: Some("sha256:ab".into()),
+            }
+        );
+        assert_eq!(
+            ImageRef::parse("registry:5000/op"),
+            ImageRef {
+                name: "registry:5000/op".into(),
+                tag: None,
+                digest: None,
+            }
+        );
+        assert_eq!(ImageRef::parse("op:dev").tag.as_deref(), Some("dev"));
+    }
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(
+            relative(Path::new("/r/target/deploy/op"), Path::new("/r/deploy/op")),
+            PathBuf::from("../../../deploy/op")
+        );
+    }
+
+    #[test]
+    fn kustomize_documents() -> Result<()> {
+        let docs = documents("a: 1\n---\nb: 2\n")?;
+        assert_eq!(docs, vec![json!({"a": 1}), json!({"b": 2})]);
+        Ok(())
+    }
+}
