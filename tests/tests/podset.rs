@@ -363,3 +363,94 @@ async fn podset_outside_watch_namespace_is_untouched() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn podset_sample_converges_to_three_ready_pods() -> Result<()> {
+    let ns = TestNamespace::restricted("podset-sample").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    let sample = e2e::repo_root().join("deploy/podset-operator/samples/podset.yaml");
+    kubectl_ok([
+        "apply",
+        "-n",
+        &ns.name,
+        "-f",
+        &sample.display().to_string(),
+    ])?;
+    let ps = wait_ready(&ns, "podset-sample", 3).await?;
+    let running = owned_pods(&ns, &ps)
+        .await?
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count();
+    assert_eq!(running, 3);
+    let table = kubectl_ok(["get", "podsets", "-n", &ns.name])?;
+    assert!(table.contains("podset-sample"), "{table}");
+    assert!(table.contains("REPLICAS") && table.contains("READY"), "{table}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_watches_several_namespaces_and_only_those() -> Result<()> {
+    let a = TestNamespace::new("podset-multi-a").await?;
+    let b = TestNamespace::new("podset-multi-b").await?;
+    let c = TestNamespace::new("podset-multi-c").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&a.name, &b.name]).await?;
+    create(&c, podset("ignored", 1)).await?;
+    create(&a, podset("in-a", 2)).await?;
+    create(&b, podset("in-b", 1)).await?;
+    wait_ready(&a, "in-a", 2).await?;
+    wait_ready(&b, "in-b", 1).await?;
+    let ignored = c.api::<PodSet>().get("ignored").await?;
+    assert!(ignored.status.is_none());
+    assert!(c.api::<Pod>().list(&ListParams::default()).await?.items.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_leader_holds_the_lease_and_releases_it_on_sigterm() -> Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let ns = TestNamespace::new("podset-lease").await?;
+    // The leader-election Role of deploy/ grants leases in the operator's
+    // own namespace only.
+    let lease_ns = format!("{OPERATOR}-system");
+    let lease_name = format!("podset-e2e-{}", e2e::unique_suffix());
+    let mut op = OperatorProcess::start_with(
+        OPERATOR,
+        &[&ns.name],
+        e2e::operator::OperatorOptions {
+            args: vec![
+                "--leader-elect".into(),
+                format!("--leader-election-namespace={lease_ns}"),
+                format!("--leader-election-id={lease_name}"),
+            ],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), &lease_ns);
+    let holder = |l: &Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    wait_for(&leases, &lease_name, |l: Option<&Lease>| {
+        l.is_some_and(|l| !holder(l).is_empty())
+    })
+    .await?;
+    // Only the leader reconciles: it does here.
+    create(&ns, podset("led", 1)).await?;
+    wait_ready(&ns, "led", 1).await?;
+    let metrics = op.metrics()?;
+    assert_eq!(
+        metric_sum(&metrics, "leader_election_master_status", &[]),
+        1.0,
+        "{metrics}"
+    );
+
+    assert!(op.terminate()?, "SIGTERM must exit 0; log:\n{}", op.log());
+    let lease = leases.get(&lease_name).await?;
+    assert!(holder(&lease).is_empty(), "lease not released: {lease:?}");
+    leases.delete(&lease_name, &DeleteParams::default()).await?;
+    Ok(())
+}
