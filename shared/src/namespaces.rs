@@ -191,20 +191,29 @@ impl Scope {
             + 'static,
     {
         let (reader, writer) = reflector::store::<K>();
+        // Synced = the watcher's first full list is in the store. It is read off the event
+        // stream rather than from `Store::wait_until_ready`: that future supports one waiter
+        // at a time, and the `Controller` already waits on the primary store's readiness.
+        let (synced_tx, mut synced_rx) = tokio::sync::watch::channel(false);
         let stream = reflector::reflector(
             writer,
             watcher(self.api::<K>(), wc)
                 .default_backoff()
+                .inspect(move |event| {
+                    if matches!(event, Ok(watcher::Event::InitDone)) {
+                        synced_tx.send_replace(true);
+                    }
+                })
                 .modify(|obj: &mut K| {
                     obj.managed_fields_mut().clear();
                 }),
         )
         .touched_objects()
         .boxed();
-        let ready = reader.clone();
         if let Ok(mut synced) = self.synced.lock() {
             synced.push(Box::pin(async move {
-                let _ = ready.wait_until_ready().await;
+                // An error means the stream ended (shutdown): nothing left to wait for.
+                let _ = synced_rx.wait_for(|done| *done).await;
             }));
         }
         (reader, stream)
