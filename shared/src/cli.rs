@@ -160,6 +160,9 @@ impl BindAddress {
 pub enum LeaderElectionMode {
     /// A `coordination.k8s.io/v1` Lease, renewed while leading (controller-runtime's way).
     Lease,
+    /// operator-sdk's leader-for-life: a ConfigMap owned by the operator's own Pod
+    /// (`POD_NAME`, `POD_NAMESPACE`), released only when that Pod is gone.
+    ForLife,
 }
 
 /// Log line format.

@@ -8,8 +8,12 @@
 //! has not renewed for `renew_deadline` or sees another holder. On shutdown it releases the
 //! lease (empty holder, 1 s duration) so a successor takes over without waiting.
 //!
-//! Another mode (leader-for-life: a ConfigMap owned by the pod) plugs in as a new
-//! [`Elector`] variant with its own `acquire`/`keep_leading`/`release`.
+//! Mode `for-life` is operator-sdk's leader-for-life: the leader creates a ConfigMap lock
+//! owned by its own Pod (found through `POD_NAME` and `POD_NAMESPACE`, from the downward
+//! API) and never gives it up; the lock goes when that Pod object is deleted (garbage
+//! collection, or a candidate that finds the owner gone). There is no split brain even when
+//! a node is cut off (a lease could expire while the old leader still runs), at the price
+//! of slower takeover.
 
 use std::{
     hash::{BuildHasher, Hasher},
@@ -17,10 +21,16 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::coordination::v1::{Lease, LeaseSpec},
-    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::{ConfigMap, Pod},
+    },
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference},
 };
-use kube::{Api, Client, api::PostParams};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, PostParams, Preconditions},
+};
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::cli::LeaderElectionMode;
@@ -64,6 +74,8 @@ pub fn default_identity() -> String {
 pub enum Elector {
     /// A `coordination.k8s.io/v1` Lease.
     Lease(LeaseLock),
+    /// A ConfigMap owned by this replica's Pod, held for the Pod's life.
+    ForLife(ForLifeLock),
 }
 
 impl Elector {
@@ -72,6 +84,7 @@ impl Elector {
     pub fn new(client: Client, mode: LeaderElectionMode, config: LeaderConfig) -> Self {
         match mode {
             LeaderElectionMode::Lease => Elector::Lease(LeaseLock::new(client, config)),
+            LeaderElectionMode::ForLife => Elector::ForLife(ForLifeLock::new(client, config)),
         }
     }
 
@@ -79,6 +92,7 @@ impl Elector {
     pub async fn acquire(&mut self) {
         match self {
             Elector::Lease(lock) => lock.acquire().await,
+            Elector::ForLife(lock) => lock.acquire().await,
         }
     }
 
@@ -87,6 +101,17 @@ impl Elector {
     pub fn keep_leading(self) -> Leadership {
         match self {
             Elector::Lease(lock) => lock.keep_leading(),
+            Elector::ForLife(_) => {
+                // Held until the Pod is gone: never lost, nothing to hand back on shutdown.
+                let (lost_tx, lost) = oneshot::channel();
+                let (stop, stop_rx) = oneshot::channel::<()>();
+                let task = tokio::spawn(async move {
+                    let _ = stop_rx.await;
+                    drop(lost_tx);
+                    None
+                });
+                Leadership { lost, stop, task }
+            }
         }
     }
 }
@@ -96,22 +121,26 @@ impl Elector {
 pub struct Leadership {
     lost: oneshot::Receiver<String>,
     stop: oneshot::Sender<()>,
-    task: JoinHandle<LeaseLock>,
+    /// The renewal task; it returns the lock to release, if the mode releases one.
+    task: JoinHandle<Option<LeaseLock>>,
 }
 
 impl Leadership {
     /// Resolves with the reason when leadership is lost (renewal failed or another holder).
+    /// Never resolves for a leader-for-life.
     pub async fn lost(&mut self) -> String {
-        (&mut self.lost)
-            .await
-            .unwrap_or_else(|_| "renewal task ended".to_owned())
+        match (&mut self.lost).await {
+            Ok(reason) => reason,
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Stops renewing and hands the lease back so a successor can take over at once.
     pub async fn release(self) {
         let _ = self.stop.send(());
         match self.task.await {
-            Ok(mut lock) => lock.release().await,
+            Ok(Some(mut lock)) => lock.release().await,
+            Ok(None) => {}
             Err(error) => tracing::warn!(%error, "lease renewal task failed; lease not released"),
         }
     }
@@ -173,7 +202,7 @@ impl LeaseLock {
             let mut last_renew = Instant::now();
             loop {
                 tokio::select! {
-                    _ = &mut stop_rx => return self,
+                    _ = &mut stop_rx => return Some(self),
                     () = tokio::time::sleep(self.config.retry_period) => {}
                 }
                 let remaining = self
@@ -195,7 +224,7 @@ impl LeaseLock {
                         Err(_) => "not renewed within the renew deadline".to_owned(),
                     };
                 let _ = lost_tx.send(reason);
-                return self;
+                return Some(self);
             }
         });
         Leadership { lost, stop, task }
@@ -312,6 +341,140 @@ impl LeaseLock {
             }
         }
     }
+}
+
+/// operator-sdk's leader-for-life lock: a ConfigMap owned by the leader's Pod.
+#[derive(Debug)]
+pub struct ForLifeLock {
+    config_maps: Api<ConfigMap>,
+    pods: Api<Pod>,
+    config: LeaderConfig,
+}
+
+/// How long a for-life candidate waits between attempts at most (operator-sdk: 16 s).
+const FOR_LIFE_MAX_WAIT: Duration = Duration::from_secs(16);
+
+impl ForLifeLock {
+    fn new(client: Client, config: LeaderConfig) -> Self {
+        // An owner reference cannot cross namespaces: the lock lives beside the Pod.
+        let namespace = std::env::var("POD_NAMESPACE")
+            .ok()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| config.namespace.clone());
+        Self {
+            config_maps: Api::namespaced(client.clone(), &namespace),
+            pods: Api::namespaced(client, &namespace),
+            config,
+        }
+    }
+
+    async fn acquire(&mut self) {
+        let mut wait = Duration::from_secs(1);
+        let mut last_owner = String::new();
+        loop {
+            match self.try_acquire().await {
+                Ok(None) => {
+                    tracing::info!(lock = %self.config.lease_name, "acquired leadership for life");
+                    return;
+                }
+                Ok(Some(owner)) => {
+                    if owner != last_owner {
+                        tracing::info!(lock = %self.config.lease_name, %owner, "the pod that leads for life still exists; standing by");
+                        last_owner = owner;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, lock = %self.config.lease_name, "cannot acquire the leader-for-life lock");
+                }
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(FOR_LIFE_MAX_WAIT);
+        }
+    }
+
+    /// `Ok(None)` when this Pod now holds the lock; `Ok(Some(owner))` when another Pod does.
+    async fn try_acquire(&mut self) -> Result<Option<String>, ForLifeError> {
+        let pod_name = std::env::var("POD_NAME").map_err(|_| ForLifeError::NoPodName)?;
+        let me = self.pods.get(&pod_name).await?;
+        let my_uid = me.meta().uid.clone().ok_or(ForLifeError::NoPodUid)?;
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod_name.clone(),
+            uid: my_uid.clone(),
+            ..OwnerReference::default()
+        };
+        let lock = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.config.lease_name.clone()),
+                owner_references: Some(vec![owner]),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        match self.config_maps.create(&PostParams::default(), &lock).await {
+            Ok(_) => return Ok(None),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(existing) = self.config_maps.get_opt(&self.config.lease_name).await? else {
+            return Ok(Some("(lock just deleted)".into()));
+        };
+        let Some(holder) = existing
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "Pod")
+            .cloned()
+        else {
+            return Ok(Some("(a lock without an owner Pod)".into()));
+        };
+        if holder.uid == my_uid {
+            // This Pod led before (the process restarted): it still does.
+            return Ok(None);
+        }
+        let alive = self
+            .pods
+            .get_opt(&holder.name)
+            .await?
+            .is_some_and(|p| p.meta().uid.as_deref() == Some(holder.uid.as_str()));
+        if !alive {
+            // The owner is gone but garbage collection has not removed the lock yet:
+            // delete exactly that lock (precondition on its UID) and try again.
+            let precondition = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: existing.meta().uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match self
+                .config_maps
+                .delete(&self.config.lease_name, &precondition)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(lock = %self.config.lease_name, previous = %holder.name, "removed the lock of a pod that is gone")
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Some(holder.name))
+    }
+}
+
+/// Why a leader-for-life attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum ForLifeError {
+    /// The downward API did not provide the Pod's name.
+    #[error("leader-for-life needs POD_NAME (and POD_NAMESPACE) from the downward API")]
+    NoPodName,
+    /// The Pod object has no UID (never happens for a stored object).
+    #[error("the operator's Pod has no UID")]
+    NoPodUid,
+    /// The API call failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
 }
 
 #[cfg(test)]
