@@ -199,15 +199,16 @@ impl Scope {
             writer,
             watcher(self.api::<K>(), wc)
                 .default_backoff()
-                .inspect(move |event| {
-                    if matches!(event, Ok(watcher::Event::InitDone)) {
-                        synced_tx.send_replace(true);
-                    }
-                })
                 .modify(|obj: &mut K| {
                     obj.managed_fields_mut().clear();
                 }),
         )
+        // After the reflector: by then the store holds the whole first list.
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                synced_tx.send_replace(true);
+            }
+        })
         .touched_objects()
         .boxed();
         if let Ok(mut synced) = self.synced.lock() {

@@ -157,13 +157,22 @@ impl Operator {
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
 
         let controller_name = self.controller;
+        // No reconcile before every watch (primary and children, in every scope) has its
+        // first full list: kube's Controller only waits for the primary store, and a
+        // reconcile that sees the children's cache still empty would, after a restart,
+        // create children that already exist.
+        let (all_synced_tx, all_synced) = tokio::sync::watch::channel(false);
         let (m, b) = (metrics.clone(), backoff.clone());
         let wrapped = move |obj: Arc<K>, ctx: Arc<Ctx>| {
             let (metrics, backoff) = (m.clone(), b.clone());
+            let mut synced = all_synced.clone();
             let key = object_key(obj.as_ref());
             let span =
                 tracing::info_span!("reconcile", controller = controller_name, object = %key);
             async move {
+                // An error means the runner is shutting down; the reconcile then runs on
+                // whatever the caches hold, as before.
+                let _ = synced.wait_for(|done| *done).await;
                 let _worker = metrics.worker(controller_name);
                 let start = Instant::now();
                 let result = reconcile(obj, ctx).await;
@@ -212,6 +221,7 @@ impl Operator {
         tokio::spawn(async move {
             futures::future::join_all(synced).await;
             tracing::info!("watches synced; ready");
+            all_synced_tx.send_replace(true);
             ready_when_synced.set(true);
         });
         tracing::info!(controller = controller_name, "controllers started");

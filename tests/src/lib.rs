@@ -7,6 +7,7 @@
 //! started on demand with `cargo xtask cluster up`.
 
 pub mod operator;
+pub mod pulsar;
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::core::v1::Namespace;

@@ -369,13 +369,7 @@ async fn podset_sample_converges_to_three_ready_pods() -> Result<()> {
     let ns = TestNamespace::restricted("podset-sample").await?;
     let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
     let sample = e2e::repo_root().join("deploy/podset-operator/samples/podset.yaml");
-    kubectl_ok([
-        "apply",
-        "-n",
-        &ns.name,
-        "-f",
-        &sample.display().to_string(),
-    ])?;
+    kubectl_ok(["apply", "-n", &ns.name, "-f", &sample.display().to_string()])?;
     let ps = wait_ready(&ns, "podset-sample", 3).await?;
     let running = owned_pods(&ns, &ps)
         .await?
@@ -385,7 +379,10 @@ async fn podset_sample_converges_to_three_ready_pods() -> Result<()> {
     assert_eq!(running, 3);
     let table = kubectl_ok(["get", "podsets", "-n", &ns.name])?;
     assert!(table.contains("podset-sample"), "{table}");
-    assert!(table.contains("REPLICAS") && table.contains("READY"), "{table}");
+    assert!(
+        table.contains("REPLICAS") && table.contains("READY"),
+        "{table}"
+    );
     Ok(())
 }
 
@@ -402,7 +399,13 @@ async fn podset_watches_several_namespaces_and_only_those() -> Result<()> {
     wait_ready(&b, "in-b", 1).await?;
     let ignored = c.api::<PodSet>().get("ignored").await?;
     assert!(ignored.status.is_none());
-    assert!(c.api::<Pod>().list(&ListParams::default()).await?.items.is_empty());
+    assert!(
+        c.api::<Pod>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+    );
     Ok(())
 }
 

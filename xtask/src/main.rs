@@ -4,12 +4,15 @@
 //! - `crds [--check]`: regenerate the CRDs under `deploy/`, or fail on drift.
 //! - `test`: the one command CI runs (format, lints, unit tests, CRD drift,
 //!   end-to-end tests on the local cluster).
-//! - `pulsar up|down|status`: a real Apache Pulsar standalone broker on
-//!   127.0.0.1, for the consumer app's tests.
+//! - `pulsar up|down|restart|status`: a real Apache Pulsar standalone broker
+//!   on 127.0.0.1, for the consumer app's tests.
+//! - `bench consumer [--messages N]` (or `bench --all`): benchmarks, results
+//!   under `target/bench/`.
 //! - `image <name> [--push <registry>]`: a static binary in a minimal OCI image.
 //! - `deploy|undeploy <operator>`, `run <operator>`: install an operator on
 //!   the current cluster, or run it locally against it.
 
+mod bench;
 mod cluster;
 mod cmd;
 mod crds;
@@ -63,6 +66,8 @@ enum Command {
         #[command(subcommand)]
         action: PulsarAction,
     },
+    /// Benchmarks; results under `target/bench/`.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -78,6 +83,8 @@ enum PulsarAction {
     },
     /// Stop the broker and remove its data.
     Down,
+    /// Stop the broker and start it again, keeping its data.
+    Restart,
     /// Say whether it runs and how to reach it.
     Status,
 }
@@ -139,7 +146,13 @@ fn main() -> Result<()> {
                 Ok(())
             }
             PulsarAction::Down => pulsar::down(),
+            PulsarAction::Restart => {
+                let info = pulsar::restart()?;
+                println!("export PULSAR_SERVER={}", info.service_url);
+                Ok(())
+            }
             PulsarAction::Status => pulsar::status(),
         },
+        Command::Bench(args) => bench::run(&args),
     }
 }

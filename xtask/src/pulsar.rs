@@ -26,7 +26,8 @@
 //! with its pid file, log file and data under
 //! `${XDG_STATE_HOME:-$HOME/.local/state}/rust-operators/pulsar/`. Every `up`
 //! that actually starts a broker starts from empty data; `down` stops the whole
-//! process group and deletes the data.
+//! process group and deletes the data; `restart` stops it and starts it again
+//! on the same data (what a broker outage looks like to clients).
 //!
 //! Requirements: Java 17 or newer and Maven (`apt-get install -y
 //! openjdk-17-jre-headless maven`); Maven is needed only for the first `up` of
@@ -198,23 +199,40 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
         }
     }
 
+    start(&dirs, ports, true)
+}
+
+/// Starts the broker in the background with `ports` and waits until it
+/// serves. With `fresh_data` the data directory is emptied first and the log
+/// file truncated; without, the broker comes back on the data (topics,
+/// subscriptions, unacknowledged messages) of its previous run and its log is
+/// appended to. The caller holds the `up` lock and has checked that no broker
+/// of ours runs.
+fn start(dirs: &Dirs, ports: Ports, fresh_data: bool) -> Result<PulsarInfo> {
     let java = java_command();
     check_java(&java)?;
-    let lib = ensure_classpath(&dirs)?;
+    let lib = ensure_classpath(dirs)?;
 
-    // Fresh configuration and empty data for every start.
+    // Fresh configuration for every start; empty data unless restarting.
     let conf = dirs.state.join("standalone.conf");
     fs::write(&conf, render_conf(CONF_TEMPLATE, &ports))
         .with_context(|| format!("writing {}", conf.display()))?;
     let log4j2 = dirs.state.join("log4j2.xml");
     fs::write(&log4j2, LOG4J2).with_context(|| format!("writing {}", log4j2.display()))?;
-    remove_dir_if_exists(&dirs.data())?;
+    if fresh_data {
+        remove_dir_if_exists(&dirs.data())?;
+    }
     fs::create_dir_all(dirs.data())
         .with_context(|| format!("creating {}", dirs.data().display()))?;
 
     let log_path = dirs.log();
-    let log =
-        File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let log = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(!fresh_data)
+        .truncate(fresh_data)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
     let log_err = log.try_clone().context("duplicating the log file handle")?;
 
     let mut cmd = Command::new(&java);
@@ -257,12 +275,12 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
         .spawn()
         .with_context(|| format!("starting {java}; is Java installed? ({INSTALL_HINT})"))?;
     let pid = child.id();
-    State { pid, ports }.write(&dirs)?;
+    State { pid, ports }.write(dirs)?;
 
-    if let Err(e) = wait_ready(&ports, pid, Some(&mut child), &dirs) {
+    if let Err(e) = wait_ready(&ports, pid, Some(&mut child), dirs) {
         let _ = stop_group(pid);
         let _ = child.try_wait();
-        State::remove(&dirs);
+        State::remove(dirs);
         return Err(e);
     }
     println!(
@@ -272,6 +290,49 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
         ports.web
     );
     Ok(PulsarInfo::new(&ports, log_path))
+}
+
+/// Stops the broker started by [`up`] and starts it again on the same ports
+/// and the same data: topics, subscriptions and unacknowledged messages
+/// survive (unlike `down` + `up`). Clients see the connection drop and must
+/// reconnect. When no broker of ours runs, this starts one on the data left
+/// by the last run (empty data if `down` removed it), with the ports of the
+/// last run or the defaults.
+pub fn restart() -> Result<PulsarInfo> {
+    let dirs = Dirs::new()?;
+    fs::create_dir_all(&dirs.state)
+        .with_context(|| format!("creating {}", dirs.state.display()))?;
+    let _lock = Lock::acquire(&dirs.state.join("up.lock"))?;
+    let ports = match State::read(&dirs)? {
+        Some(state) => {
+            if process_alive(state.pid) && is_our_broker(state.pid) {
+                println!(
+                    "pulsar: stopping broker (pid {}), keeping its data",
+                    state.pid
+                );
+                stop_group(state.pid)?;
+            }
+            State::remove(&dirs);
+            state.ports
+        }
+        None => {
+            let defaults = PulsarOptions::default();
+            Ports {
+                broker: defaults.broker_port,
+                web: defaults.web_port,
+                bookie: bookie_port()?,
+            }
+        }
+    };
+    start(&dirs, ports, false)
+}
+
+/// Whether the broker started by [`up`] is running (serving or not).
+pub fn is_running() -> bool {
+    let Ok(dirs) = Dirs::new() else {
+        return false;
+    };
+    matches!(State::read(&dirs), Ok(Some(state)) if process_alive(state.pid) && is_our_broker(state.pid))
 }
 
 /// Stops the broker started by [`up`] and deletes its data.
@@ -758,7 +819,7 @@ fn port_open(port: u16) -> bool {
 }
 
 /// A minimal HTTP/1.0 GET on 127.0.0.1: status code and body, or `None`.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;

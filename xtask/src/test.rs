@@ -2,12 +2,14 @@
 //!
 //! Static checks first (they are quick and fail fast), then unit tests, then
 //! the end-to-end tests on the local cluster, which is started on demand and
-//! stopped afterwards when this command started it.
+//! stopped afterwards when this command started it (so is the Pulsar broker
+//! the consumer app's tests start).
 
 use crate::cluster;
 use crate::cmd;
 use crate::crds;
 use crate::paths;
+use crate::pulsar;
 use anyhow::{Context, Result};
 use std::process::Command;
 use std::time::Instant;
@@ -113,11 +115,18 @@ fn e2e(args: &TestArgs) -> Result<()> {
     let external = std::env::var_os("E2E_KUBECONFIG").filter(|v| !v.is_empty());
     let layout = cluster::Layout::new();
     let started_here = external.is_none() && !cluster::is_up(&layout);
+    // The Pulsar tests start the broker on demand (`cargo xtask pulsar up`);
+    // stop it afterwards unless it was already running before this run.
+    let pulsar_was_running = pulsar::is_running();
     let kubeconfig = match &external {
         Some(path) => path.into(),
         None => cluster::up()?,
     };
     let mut test = cargo();
+    if external.is_none() {
+        // Tests that restart parts of the control plane need the local cluster.
+        test.env("E2E_LOCAL_CLUSTER", "1");
+    }
     test.args(["test", "-p", "e2e"])
         .env("E2E_KUBECONFIG", &kubeconfig)
         .env("E2E_KUBECTL", kubectl_for_tests(external.is_some())?)
@@ -128,10 +137,15 @@ fn e2e(args: &TestArgs) -> Result<()> {
         test.arg(filter);
     }
     let result = cmd::run(&mut test);
+    let pulsar_stopped = if pulsar_was_running || !pulsar::is_running() {
+        Ok(())
+    } else {
+        pulsar::down()
+    };
     if started_here && !args.keep_cluster {
         cluster::down()?;
     }
-    result
+    result.and(pulsar_stopped)
 }
 
 fn kubectl_for_tests(external: bool) -> Result<std::path::PathBuf> {

@@ -1,5 +1,24 @@
-//! The lolcow-operator binary (placeholder until its issue lands).
+//! The `lolcow-operator` binary: wiring only.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("lolcow-operator is not implemented yet")
+use lolcow_operator::{Lolcow, OPERATOR, reconcile};
+use shared::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse_for(OPERATOR.name);
+    match cli.subcommand() {
+        Command::Crd => OPERATOR.print_crd::<Lolcow>()?,
+        Command::Run => {
+            let image = std::env::var("LOLCOW_IMAGE").ok();
+            OPERATOR
+                .run(
+                    cli.run,
+                    |toolkit| reconcile::Context::new(toolkit, image),
+                    reconcile::controller,
+                    reconcile::reconcile,
+                )
+                .await?;
+        }
+    }
+    Ok(())
 }

@@ -1,5 +1,24 @@
-//! The memcached-operator binary (placeholder until its issue lands).
+//! The `memcached-operator` binary: wiring only.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("memcached-operator is not implemented yet")
+use memcached_operator::{Memcached, OPERATOR, reconcile};
+use shared::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse_for(OPERATOR.name);
+    match cli.subcommand() {
+        Command::Crd => OPERATOR.print_crd::<Memcached>()?,
+        Command::Run => {
+            let image = std::env::var("MEMCACHED_IMAGE").ok();
+            OPERATOR
+                .run(
+                    cli.run,
+                    |toolkit| reconcile::Context::new(toolkit, image),
+                    reconcile::controller,
+                    reconcile::reconcile,
+                )
+                .await?;
+        }
+    }
+    Ok(())
 }

@@ -1,5 +1,24 @@
-//! The pulsar-consumer-operator binary (placeholder until its issue lands).
+//! The `pulsar-consumer-operator` binary: wiring only.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("pulsar-consumer-operator is not implemented yet")
+use pulsar_consumer_operator::{OPERATOR, PulsarConsumer, reconcile};
+use shared::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse_for(OPERATOR.name);
+    match cli.subcommand() {
+        Command::Crd => OPERATOR.print_crd::<PulsarConsumer>()?,
+        Command::Run => {
+            let image = std::env::var(reconcile::IMAGE_ENV).ok();
+            OPERATOR
+                .run(
+                    cli.run,
+                    |toolkit| reconcile::Context::new(toolkit, image),
+                    reconcile::controller,
+                    reconcile::reconcile,
+                )
+                .await?;
+        }
+    }
+    Ok(())
 }

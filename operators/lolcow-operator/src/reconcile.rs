@@ -1,0 +1,214 @@
+//! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
+//!
+//! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
+//! with per-object exponential backoff (1 s doubling to 5 min). A Service the API server
+//! refuses (the NodePort is taken) is not an error but a condition: the reconcile succeeds
+//! and looks again after its own backoff, since the port may be freed by a Service this
+//! operator cannot watch (another namespace).
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{Controller, controller::Action, events::EventType, watcher},
+};
+use shared::{
+    Scope, Toolkit,
+    apply::{apply, is_controlled_by, owner_reference, patch_status},
+    backoff::ErrorBackoff,
+    namespaces::ScopedStores,
+};
+
+use crate::{
+    api::{DEFAULT_IMAGE, Lolcow},
+    desired::{self, ServiceProblem},
+};
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A helper of the common crate failed.
+    #[error(transparent)]
+    Shared(#[from] shared::Error),
+}
+
+impl shared::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Shared(e) => e.metric_label(),
+        }
+    }
+}
+
+/// State shared by every reconcile.
+#[derive(Debug)]
+pub struct Context {
+    /// Client, events, metrics.
+    pub toolkit: Toolkit,
+    /// The Deployment caches (children only), one per watched scope.
+    pub deployments: ScopedStores<Deployment>,
+    /// The Service caches (children only), one per watched scope.
+    pub services: ScopedStores<Service>,
+    /// The web app image (`LOLCOW_IMAGE`, else [`DEFAULT_IMAGE`]).
+    pub image: String,
+    /// How long to wait before retrying a refused Service, per Lolcow (5 s doubling to 5 min).
+    pub refused: ErrorBackoff,
+}
+
+impl Context {
+    /// A context; `image` comes from `LOLCOW_IMAGE`.
+    #[must_use]
+    pub fn new(toolkit: Toolkit, image: Option<String>) -> Self {
+        Self {
+            toolkit,
+            deployments: ScopedStores::default(),
+            services: ScopedStores::default(),
+            image: image
+                .filter(|i| !i.trim().is_empty())
+                .unwrap_or_else(|| DEFAULT_IMAGE.to_owned()),
+            refused: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
+        }
+    }
+}
+
+/// The label every child carries; the child watches select on it, so the caches hold only
+/// this operator's Deployments and Services. A child whose labels were edited away leaves
+/// the watch (a delete event), which triggers the reconcile that puts them back.
+fn children_selector() -> String {
+    format!("app.kubernetes.io/managed-by={}", crate::OPERATOR.name)
+}
+
+/// The controller of one scope: Lolcows, and their Deployments and Services.
+pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Lolcow> {
+    let children = watcher::Config::default().labels(&children_selector());
+    let (deployments, deployment_events) = scope.reflect::<Deployment>(children.clone());
+    ctx.deployments.insert(scope, deployments);
+    let (services, service_events) = scope.reflect::<Service>(children);
+    ctx.services.insert(scope, services);
+    scope
+        .controller::<Lolcow>(watcher::Config::default())
+        .owns_stream(deployment_events)
+        .owns_stream(service_events)
+}
+
+/// Runs the web app of one Lolcow and exposes it on `spec.port`; records what is served
+/// in the status.
+///
+/// # Errors
+/// [`Error`] on API failures; the runner retries with per-object backoff.
+pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let (Some(ns), Some(uid)) = (lc.namespace(), lc.uid()) else {
+        return Ok(Action::await_change());
+    };
+    let name = lc.name_any();
+    let key = format!("{ns}/{name}");
+    if lc.meta().deletion_timestamp.is_some() {
+        // Garbage collection removes the children through their owner references.
+        ctx.refused.succeeded(&key);
+        return Ok(Action::await_change());
+    }
+    let client = ctx.toolkit.client.clone();
+    let manager = ctx.toolkit.operator.name;
+    let owner = owner_reference(lc.as_ref())?;
+
+    // The web app.
+    let cached_dep = ctx
+        .deployments
+        .in_namespace(&ns, |d| d.name_any() == name && is_controlled_by(d, &uid))
+        .into_iter()
+        .next();
+    let desired_dep = desired::desired_deployment(&lc, owner.clone(), &ctx.image);
+    let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let applied = apply(&dep_api, manager, &desired_dep, cached_dep.as_deref()).await?;
+    let new_greeting = desired::greeting(&lc);
+    let old_greeting = cached_dep.as_deref().and_then(desired::configured_greeting);
+    match (&applied, old_greeting) {
+        (Some(_), Some(old)) if old != new_greeting => {
+            tracing::info!(old = %old, new = %new_greeting, "new greeting");
+        }
+        (Some(_), None) if cached_dep.is_none() => {
+            tracing::info!(greeting = %new_greeting, "web app deployment created");
+        }
+        (Some(_), _) => tracing::info!("web app deployment repaired"),
+        (None, _) => tracing::debug!("web app deployment in sync"),
+    }
+    let dep = applied.or_else(|| cached_dep.as_deref().cloned());
+
+    // The NodePort Service.
+    let cached_svc = ctx
+        .services
+        .in_namespace(&ns, |s| s.name_any() == name && is_controlled_by(s, &uid))
+        .into_iter()
+        .next();
+    let desired_svc = desired::desired_service(&lc, owner);
+    let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let old_port = cached_svc.as_deref().and_then(desired::node_port);
+    let (svc, problem) = match apply(&svc_api, manager, &desired_svc, cached_svc.as_deref()).await {
+        Ok(Some(applied)) => {
+            match old_port {
+                Some(old) if old != lc.spec.port => {
+                    tracing::info!(old, new = lc.spec.port, "new port");
+                }
+                Some(_) => tracing::info!("service repaired"),
+                None => tracing::info!(port = lc.spec.port, "service created"),
+            }
+            (Some(applied), None)
+        }
+        Ok(None) => {
+            tracing::debug!("service in sync");
+            (cached_svc.as_deref().cloned(), None)
+        }
+        Err(shared::Error::Kube(kube::Error::Api(s))) => {
+            match ServiceProblem::from_rejection(s.code, &s.message) {
+                Some(problem) => {
+                    tracing::debug!(reason = problem.reason, message = %problem.message, "service refused");
+                    (cached_svc.as_deref().cloned(), Some(problem))
+                }
+                None => return Err(shared::Error::Kube(kube::Error::Api(s)).into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+
+    // What is served, in the status; an event when Ready changes.
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let new_status = desired::status(&lc, dep.as_ref(), svc.as_ref(), problem.as_ref(), now);
+    let old_conditions = lc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let api: Api<Lolcow> = Api::namespaced(client, &ns);
+    if patch_status(&api, lc.as_ref(), lc.status.as_ref(), &new_status).await?
+        && let Some(a) = desired::announcement(&old_conditions, &new_status.conditions)
+    {
+        if a.warning {
+            tracing::warn!(reason = %a.reason, "{}", a.note);
+        } else {
+            tracing::info!(reason = %a.reason, "{}", a.note);
+        }
+        let type_ = if a.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        ctx.toolkit
+            .events
+            .publish(lc.as_ref(), type_, &a.reason, &a.note, "ReadyChanged")
+            .await;
+    }
+
+    if problem.is_some() {
+        // The port may be freed by a Service this operator does not watch: look again
+        // later, less and less often; a spec change brings the next look forward.
+        return Ok(Action::requeue(ctx.refused.failed(&key)));
+    }
+    ctx.refused.succeeded(&key);
+    Ok(Action::await_change())
+}

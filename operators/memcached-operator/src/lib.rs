@@ -1,0 +1,25 @@
+//! The Memcached operator: runs `spec.size` memcached pods (a Deployment) and a Service for
+//! each `Memcached`.
+//!
+//! Data flow: a Memcached, its Deployment, its Service or one of its pods changes ->
+//! [`reconcile::reconcile`] (behind the `cache.example.com/finalizer` finalizer) ->
+//! [`desired`] builds the Deployment and Service (pure) -> they are server-side applied
+//! when they drifted -> [`desired::status`] summarises the Deployment and pods -> the status
+//! subresource is patched if it changed. On deletion the finalizer marks the Memcached
+//! `Degraded` (`Finalizing`), emits one Warning event and lets garbage collection remove
+//! the children.
+
+pub mod api;
+pub mod desired;
+pub mod reconcile;
+
+pub use api::{Memcached, MemcachedSpec, MemcachedStatus};
+
+/// Names of this operator (binary, field manager, events, metrics label).
+pub const OPERATOR: shared::Operator = shared::Operator {
+    name: "memcached-operator",
+    controller: "memcached",
+};
+
+/// The finalizer the operator keeps on every Memcached (as in the Go original).
+pub const FINALIZER: &str = "cache.example.com/finalizer";

@@ -1,0 +1,373 @@
+//! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
+//!
+//! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
+//! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop.
+
+use std::{fmt::Debug, sync::Arc};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        core::v1::{Pod, Service},
+    },
+    apimachinery::pkg::apis::meta::v1::Condition,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{
+        Controller,
+        controller::Action,
+        finalizer::{self, finalizer},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use serde::{Serialize, de::DeserializeOwned};
+use shared::{
+    Scope, Toolkit,
+    apply::{is_controlled_by, owner_reference, patch_status},
+    conditions::find,
+    namespaces::ScopedStores,
+};
+
+use crate::{
+    FINALIZER, OPERATOR,
+    api::{DEFAULT_IMAGE, Memcached},
+    desired::{self, INSTANCE_LABEL, Problem},
+};
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A helper of the common crate failed.
+    #[error(transparent)]
+    Shared(#[from] shared::Error),
+    /// The finalizer could not be added or removed, or the step it wraps failed.
+    #[error(transparent)]
+    Finalizer(Box<finalizer::Error<Error>>),
+    /// The Deployment or Service cannot be written (refused by the API server, or the name
+    /// is taken by someone else's object); recorded as `Degraded` and retried with backoff.
+    #[error("{0}")]
+    Children(String),
+}
+
+impl shared::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Shared(e) => e.metric_label(),
+            Error::Finalizer(e) => match e.as_ref() {
+                finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
+                    inner.metric_label()
+                }
+                _ => "finalizer",
+            },
+            Error::Children(_) => "children",
+        }
+    }
+}
+
+/// State shared by every reconcile.
+#[derive(Debug)]
+pub struct Context {
+    /// Client, events, metrics.
+    pub toolkit: Toolkit,
+    /// The operator's Deployments, one cache per watched scope.
+    pub deployments: ScopedStores<Deployment>,
+    /// The operator's Services, one cache per watched scope.
+    pub services: ScopedStores<Service>,
+    /// The memcached pods, one cache per watched scope.
+    pub pods: ScopedStores<Pod>,
+    /// The memcached image (`MEMCACHED_IMAGE`, else [`DEFAULT_IMAGE`]).
+    pub image: String,
+}
+
+impl Context {
+    /// A context; `image` comes from `MEMCACHED_IMAGE`.
+    #[must_use]
+    pub fn new(toolkit: Toolkit, image: Option<String>) -> Self {
+        Self {
+            toolkit,
+            deployments: ScopedStores::default(),
+            services: ScopedStores::default(),
+            pods: ScopedStores::default(),
+            image: image
+                .map(|i| i.trim().to_owned())
+                .filter(|i| !i.is_empty())
+                .unwrap_or_else(|| DEFAULT_IMAGE.to_owned()),
+        }
+    }
+}
+
+/// The controller of one scope: Memcacheds; the Deployments and Services this operator
+/// manages (by label, mapped back through the controller owner reference); and the
+/// memcached pods (by label, mapped back through `app.kubernetes.io/instance`) so that
+/// `status.nodes` follows them as they come and go.
+pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
+    let ours = watcher::Config::default()
+        .labels(&format!("app.kubernetes.io/managed-by={}", OPERATOR.name));
+    let (deployments, deployment_events) = scope.reflect::<Deployment>(ours.clone());
+    ctx.deployments.insert(scope, deployments);
+    let (services, service_events) = scope.reflect::<Service>(ours);
+    ctx.services.insert(scope, services);
+    let (pods, pod_events) =
+        scope.reflect::<Pod>(watcher::Config::default().labels(&desired::all_pods_selector()));
+    ctx.pods.insert(scope, pods);
+    scope
+        .controller::<Memcached>(watcher::Config::default())
+        .owns_stream(deployment_events)
+        .owns_stream(service_events)
+        .watches_stream(pod_events, |pod: Pod| {
+            let ns = pod.namespace()?;
+            pod.labels()
+                .get(INSTANCE_LABEL)
+                .map(|name| ObjectRef::<Memcached>::new(name).within(&ns))
+        })
+}
+
+/// Keeps the finalizer on every Memcached; brings its Deployment and Service in line with
+/// the spec and records what it saw in the status; on deletion runs [`cleanup`].
+///
+/// # Errors
+/// [`Error`] on API failures; the runner retries with per-object backoff.
+pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(ns) = mc.namespace() else {
+        return Ok(Action::await_change());
+    };
+    let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
+    finalizer(&api, FINALIZER, mc, |event| async {
+        match event {
+            finalizer::Event::Apply(mc) => apply(&mc, &ctx).await,
+            finalizer::Event::Cleanup(mc) => cleanup(&mc, &ctx).await,
+        }
+    })
+    .await
+    .or_else(|e| match e {
+        // Removed by an earlier reconcile that this one's (stale) cache had not seen yet.
+        finalizer::Error::RemoveFinalizer(kube::Error::Api(s)) if s.code == 404 => {
+            Ok(Action::await_change())
+        }
+        e => Err(Error::Finalizer(Box::new(e))),
+    })
+}
+
+/// What writing one child came to.
+enum Child<K> {
+    /// In sync (written if needed): the object as last seen, if any.
+    Written(Option<K>),
+    /// Cannot be written: why.
+    Problem(Problem),
+    /// The namespace is being deleted: nothing to do.
+    NamespaceTerminating,
+}
+
+/// Server-side applies `desired` unless the cache shows it in sync. An object of that name
+/// that this Memcached does not control is never taken over.
+async fn write_child<K>(
+    api: &Api<K>,
+    manager: &str,
+    desired: &K,
+    cached: Option<Arc<K>>,
+    uid: &str,
+) -> Result<Child<K>, Error>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let name = desired.name_any();
+    let cached = match cached {
+        Some(c) => Some(c.as_ref().clone()),
+        // Not in our (label-filtered) cache: make sure no one else's object has the name.
+        None => api.get_opt(&name).await?,
+    };
+    if let Some(existing) = &cached
+        && !is_controlled_by(existing, uid)
+    {
+        let kind = K::kind(&());
+        let earlier_memcached = existing
+            .owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true) && r.kind == "Memcached" && r.name == name);
+        if earlier_memcached {
+            // Left by a deleted Memcached of the same name; garbage collection removes it
+            // and its deletion triggers a reconcile.
+            tracing::info!(%kind, child = %name, "waiting for the child of an earlier Memcached to go");
+            return Ok(Child::Written(None));
+        }
+        return Ok(Child::Problem(Problem::NameConflict(format!(
+            "{kind} {name} exists and is not controlled by this Memcached; delete or rename it"
+        ))));
+    }
+    match shared::apply::apply(api, manager, desired, cached.as_ref()).await {
+        Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
+        Ok(None) => Ok(Child::Written(cached)),
+        Err(shared::Error::Kube(kube::Error::Api(s)))
+            if s.code == 403 && s.message.contains("being terminated") =>
+        {
+            Ok(Child::NamespaceTerminating)
+        }
+        Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
+            Ok(Child::Problem(Problem::ApplyFailed(s.message)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The reconcile proper, with the finalizer in place.
+async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
+    let (Some(ns), Some(uid)) = (mc.namespace(), mc.uid()) else {
+        return Ok(Action::await_change());
+    };
+    let name = mc.name_any();
+    let client = ctx.toolkit.client.clone();
+    let manager = ctx.toolkit.operator.name;
+    let owner = owner_reference(mc)?;
+    let mut problem = None;
+
+    let cached = ctx
+        .deployments
+        .in_namespace(&ns, |d| d.name_any() == name)
+        .into_iter()
+        .next();
+    let desired_deployment = desired::desired_deployment(mc, owner.clone(), &ctx.image);
+    let deployment = match write_child(
+        &Api::namespaced(client.clone(), &ns),
+        manager,
+        &desired_deployment,
+        cached,
+        &uid,
+    )
+    .await?
+    {
+        Child::Written(d) => d,
+        Child::Problem(p) => {
+            problem = Some(p);
+            None
+        }
+        Child::NamespaceTerminating => return Ok(Action::await_change()),
+    };
+
+    let cached = ctx
+        .services
+        .in_namespace(&ns, |s| s.name_any() == name)
+        .into_iter()
+        .next();
+    let desired_service = desired::desired_service(mc, owner);
+    match write_child(
+        &Api::namespaced(client.clone(), &ns),
+        manager,
+        &desired_service,
+        cached,
+        &uid,
+    )
+    .await?
+    {
+        Child::Written(_) => {}
+        Child::Problem(p) => {
+            problem.get_or_insert(p);
+        }
+        Child::NamespaceTerminating => return Ok(Action::await_change()),
+    }
+
+    update_status(mc, ctx, deployment.as_ref(), problem.as_ref(), &ns, false).await?;
+    match problem {
+        Some(Problem::ApplyFailed(msg) | Problem::NameConflict(msg)) => Err(Error::Children(msg)),
+        _ => Ok(Action::await_change()),
+    }
+}
+
+/// The clean-up step of the finalizer: marks the Memcached `Degraded` (reason
+/// `Finalizing`), which emits one Warning event. The Deployment and Service need no work:
+/// garbage collection removes them through their owner references once the finalizer is gone.
+async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
+    let Some(ns) = mc.namespace() else {
+        return Ok(Action::await_change());
+    };
+    let name = mc.name_any();
+    // The cache may still show a Memcached whose finalizer an earlier reconcile removed:
+    // read it afresh so the Warning event is not emitted twice.
+    let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
+    let Some(fresh) = api.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
+    if !fresh.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let mc = &fresh;
+    let deployment = ctx
+        .deployments
+        .in_namespace(&ns, |d| d.name_any() == name)
+        .into_iter()
+        .next();
+    update_status(
+        mc,
+        ctx,
+        deployment.as_deref(),
+        Some(&Problem::Finalizing),
+        &ns,
+        true,
+    )
+    .await?;
+    tracing::info!(
+        "finalizing: the Deployment and Service are removed by garbage collection; removing the finalizer"
+    );
+    Ok(Action::await_change())
+}
+
+/// Patches the status if it changed and announces condition transitions: `Available`
+/// always, `Degraded` except its initial `False` (only `Degraded` while `finalizing`).
+async fn update_status(
+    mc: &Memcached,
+    ctx: &Context,
+    deployment: Option<&Deployment>,
+    problem: Option<&Problem>,
+    ns: &str,
+    finalizing: bool,
+) -> Result<(), Error> {
+    let name = mc.name_any();
+    let pods = ctx.pods.in_namespace(ns, |p| {
+        p.labels().get(INSTANCE_LABEL) == Some(&name) && desired::is_pod_of(p, &name)
+    });
+    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let new_status = desired::status(mc, deployment, &pods, problem, now);
+    let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), ns);
+    let changed = match patch_status(&api, mc, mc.status.as_ref(), &new_status).await {
+        Ok(changed) => changed,
+        // Deleted meanwhile: nothing left to describe.
+        Err(shared::Error::Kube(kube::Error::Api(s))) if s.code == 404 => false,
+        Err(e) => return Err(e.into()),
+    };
+    if changed {
+        let old_conditions = mc
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let announced = |cs: &[Condition], old: bool| {
+            cs.iter()
+                .filter(|c| {
+                    (c.type_ == "Available" && !finalizing)
+                        || (c.type_ == "Degraded"
+                            && (old
+                                || c.status == "True"
+                                || find(&old_conditions, "Degraded").is_some()))
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        ctx.toolkit
+            .events
+            .condition_transitions(
+                mc,
+                &announced(&old_conditions, true),
+                &announced(&new_status.conditions, false),
+                &[],
+            )
+            .await;
+    }
+    Ok(())
+}

@@ -1,0 +1,540 @@
+//! Pure builders: the Deployment a PulsarConsumer wants, what a Deployment runs with, and the
+//! status that describes it. No client here; unit-tested below.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, DeploymentSpec},
+        core::v1::{
+            Capabilities, Container, ContainerPort, EnvVar, HTTPGetAction, PodSecurityContext,
+            PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+        },
+    },
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference},
+        util::intstr::IntOrString,
+    },
+};
+use kube::ResourceExt;
+use shared::conditions::{new_condition, set_condition};
+
+use crate::{
+    OPERATOR,
+    api::{PulsarConsumer, PulsarConsumerStatus},
+};
+
+/// The `app.kubernetes.io/name` of the consumers.
+pub const APP: &str = "pulsar-consumer";
+/// The consumer container's name (as in the original operator).
+pub const CONTAINER: &str = "pulsarconsumer";
+/// The consumer image when the operator's `PULSAR_CONSUMER_IMAGE` is unset or empty.
+pub const DEFAULT_IMAGE: &str = "pulsar-consumer:latest";
+/// The consumer's `/healthz` and `/metrics` port (its `HTTP_BIND_ADDRESS` default).
+pub const HTTP_PORT: i32 = 8080;
+/// The non-root user the consumers run as (the image's `nonroot` user).
+pub const POD_USER: i64 = 65532;
+/// Environment variable of the consumer holding `spec.serverAddress`.
+pub const ENV_SERVER: &str = "PULSAR_SERVER";
+/// Environment variable of the consumer holding `spec.topic`.
+pub const ENV_TOPIC: &str = "PULSAR_TOPIC";
+/// Environment variable of the consumer holding `spec.subscriptionName`.
+pub const ENV_SUBSCRIPTION: &str = "PULSAR_SUBSCRIPTION_NAME";
+
+/// Reason of `Ready=False`/`Progressing=False` when the API server refused the Deployment.
+pub const REASON_REJECTED: &str = "DeploymentRejected";
+
+/// Name of the Deployment of `pc`: `<name>-deployment`, as the original operator named it.
+#[must_use]
+pub fn deployment_name(pc: &PulsarConsumer) -> String {
+    format!("{}-deployment", pc.name_any())
+}
+
+/// The labels of the Deployment and its pods: the `app.kubernetes.io/*` set. Fixed and owned
+/// by the operator; the PulsarConsumer's own labels are never copied (changing them must not
+/// touch the Deployment's immutable selector).
+#[must_use]
+pub fn labels(pc: &PulsarConsumer) -> BTreeMap<String, String> {
+    shared::apply::standard_labels(APP, &pc.name_any(), OPERATOR.name)
+}
+
+/// The labels the Deployment selects its pods by (a subset of [`labels`]).
+#[must_use]
+pub fn selector_labels(pc: &PulsarConsumer) -> BTreeMap<String, String> {
+    let mut l = labels(pc);
+    l.remove("app.kubernetes.io/part-of");
+    l
+}
+
+/// [`selector_labels`] as a label selector string (for `status.selector`).
+#[must_use]
+pub fn selector(pc: &PulsarConsumer) -> String {
+    selector_labels(pc)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The Deployment of `pc`: `spec.replicas` consumers with the spec's settings in their
+/// environment, ready while connected to the broker (`/healthz`), under the `restricted` Pod
+/// Security Standard with a read-only root filesystem.
+#[must_use]
+pub fn desired_deployment(pc: &PulsarConsumer, owner: OwnerReference, image: &str) -> Deployment {
+    let image = if image.is_empty() {
+        DEFAULT_IMAGE
+    } else {
+        image
+    };
+    let env = |name: &str, value: &str| EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    };
+    let quantities = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(image.to_owned()),
+        env: Some(vec![
+            env(ENV_SERVER, &pc.spec.server_address),
+            env(ENV_TOPIC, &pc.spec.topic),
+            env(ENV_SUBSCRIPTION, &pc.spec.subscription_name),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".to_owned()),
+            container_port: HTTP_PORT,
+            ..ContainerPort::default()
+        }]),
+        // Readiness only: a consumer that lost the broker reconnects by itself, so it is
+        // taken out of "ready" but not restarted.
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".to_owned()),
+                port: IntOrString::String("http".to_owned()),
+                ..HTTPGetAction::default()
+            }),
+            period_seconds: Some(5),
+            ..Probe::default()
+        }),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "10m"), ("memory", "32Mi")])),
+            limits: Some(quantities(&[("memory", "128Mi")])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(deployment_name(pc)),
+            namespace: pc.namespace(),
+            labels: Some(labels(pc)),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(pc.spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(pc)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(pc)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    automount_service_account_token: Some(false),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(POD_USER),
+                        run_as_group: Some(POD_USER),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The consumer settings a Deployment's pod template runs with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `PULSAR_SERVER`.
+    pub server: String,
+    /// `PULSAR_TOPIC`.
+    pub topic: String,
+    /// `PULSAR_SUBSCRIPTION_NAME`.
+    pub subscription: String,
+}
+
+/// The settings in the consumer container's environment (empty where unset).
+#[must_use]
+pub fn deployed_settings(deployment: &Deployment) -> Settings {
+    let env = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.iter().find(|c| c.name == CONTAINER))
+        .and_then(|c| c.env.as_deref())
+        .unwrap_or_default();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+            .unwrap_or_default()
+    };
+    Settings {
+        server: value(ENV_SERVER),
+        topic: value(ENV_TOPIC),
+        subscription: value(ENV_SUBSCRIPTION),
+    }
+}
+
+/// The status describing `deployment` (the PulsarConsumer's Deployment as last written or
+/// observed; `None` when there is none), keeping `lastTransitionTime` of unchanged conditions.
+/// `rejected` is the API server's message when it refused the Deployment.
+#[must_use]
+pub fn status(
+    pc: &PulsarConsumer,
+    deployment: Option<&Deployment>,
+    rejected: Option<&str>,
+    now: jiff::Timestamp,
+) -> PulsarConsumerStatus {
+    let generation = pc.metadata.generation;
+    let want = pc.spec.replicas.max(0);
+    let settings = deployment.map(deployed_settings).unwrap_or_default();
+    let observed = deployment
+        .and_then(|d| d.status.clone())
+        .unwrap_or_default();
+    let current = observed.replicas.unwrap_or(0);
+    let ready = observed.ready_replicas.unwrap_or(0);
+    let updated = observed.updated_replicas.unwrap_or(0);
+    // The Deployment controller has seen the latest Deployment spec.
+    let seen = deployment.is_some_and(|d| {
+        observed.observed_generation.is_some()
+            && observed.observed_generation >= d.metadata.generation
+    });
+    let deadline_exceeded = observed.conditions.iter().flatten().find(|c| {
+        c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+    });
+    let rolled_out = seen && updated == want && current == want && ready == want;
+    let counts = format!("{ready}/{want} consumers ready");
+
+    let (ready_cond, progressing) = if let Some(msg) = rejected {
+        let msg = format!("the API server refused the Deployment: {msg}");
+        (
+            (false, REASON_REJECTED, msg.clone()),
+            (false, REASON_REJECTED, msg),
+        )
+    } else if deployment.is_none() {
+        let msg = "the Deployment does not exist yet".to_owned();
+        (
+            (false, "DeploymentMissing", msg.clone()),
+            (true, "Creating", msg),
+        )
+    } else if rolled_out {
+        (
+            (true, "ConsumersReady", counts),
+            (
+                false,
+                "RolloutComplete",
+                format!("{want} consumers run the current spec and are ready"),
+            ),
+        )
+    } else {
+        let not_ready = (
+            false,
+            "ConsumersNotReady",
+            format!("{counts} (a consumer is ready while it is connected to the broker)"),
+        );
+        let progressing = if let Some(c) = deadline_exceeded {
+            (
+                false,
+                "ProgressDeadlineExceeded",
+                c.message.clone().unwrap_or_default(),
+            )
+        } else if !seen || updated < want {
+            (
+                true,
+                "RollingOut",
+                format!("{updated} of {want} consumers run the current spec"),
+            )
+        } else if current != want {
+            (
+                true,
+                "Scaling",
+                format!("{current} consumer pods exist, {want} wanted"),
+            )
+        } else {
+            (true, "WaitingForConsumers", counts)
+        };
+        (not_ready, progressing)
+    };
+
+    let mut conditions = pc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    for (type_, (status, reason, message)) in [("Ready", ready_cond), ("Progressing", progressing)]
+    {
+        set_condition(
+            &mut conditions,
+            new_condition(type_, status, reason, message, generation, now),
+        );
+    }
+
+    PulsarConsumerStatus {
+        server: settings.server,
+        topic: settings.topic,
+        subscription: settings.subscription,
+        replicas: ready,
+        current_replicas: current,
+        selector: selector(pc),
+        observed_generation: generation,
+        conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::api::PulsarConsumerSpec;
+    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+    use shared::conditions::{find, is_true};
+
+    fn consumer(replicas: i32) -> PulsarConsumer {
+        let mut pc = PulsarConsumer::new(
+            "orders",
+            PulsarConsumerSpec {
+                server_address: "pulsar://broker:6650".into(),
+                topic: "my-topic".into(),
+                subscription_name: "first-subscription".into(),
+                replicas,
+            },
+        );
+        pc.metadata.namespace = Some("ns".into());
+        pc.metadata.uid = Some("uid-1".into());
+        pc.metadata.generation = Some(2);
+        pc.metadata.labels = Some(BTreeMap::from([("app".into(), "mine".into())]));
+        pc
+    }
+
+    fn deployment(pc: &PulsarConsumer, status: DeploymentStatus) -> Deployment {
+        let owner = shared::apply::owner_reference(pc).unwrap();
+        let mut d = desired_deployment(pc, owner, "");
+        d.metadata.generation = Some(5);
+        d.status = Some(status);
+        d
+    }
+
+    fn counts(observed: i64, replicas: i32, updated: i32, ready: i32) -> DeploymentStatus {
+        DeploymentStatus {
+            observed_generation: Some(observed),
+            replicas: Some(replicas),
+            updated_replicas: Some(updated),
+            ready_replicas: Some(ready),
+            ..DeploymentStatus::default()
+        }
+    }
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(s).unwrap()
+    }
+
+    #[test]
+    fn deployment_is_restricted_owned_and_configured() {
+        let pc = consumer(3);
+        let owner = shared::apply::owner_reference(&pc).unwrap();
+        let d = desired_deployment(&pc, owner, "mirror.local/pulsar-consumer:1");
+        assert_eq!(d.metadata.name.as_deref(), Some("orders-deployment"));
+        assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
+        let orefs = d.metadata.owner_references.clone().unwrap();
+        assert_eq!(orefs[0].uid, "uid-1");
+        assert_eq!(orefs[0].controller, Some(true));
+        let labels = d.metadata.labels.clone().unwrap();
+        assert_eq!(labels["app.kubernetes.io/managed-by"], OPERATOR.name);
+        assert_eq!(labels["app.kubernetes.io/instance"], "orders");
+        assert_eq!(
+            labels.len(),
+            4,
+            "the custom resource's labels are not copied"
+        );
+        let spec = d.spec.clone().unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        let selector = spec.selector.match_labels.unwrap();
+        assert!(!selector.contains_key("app"));
+        let template_labels = spec.template.metadata.unwrap().labels.unwrap();
+        assert!(
+            selector
+                .iter()
+                .all(|(k, v)| template_labels.get(k) == Some(v))
+        );
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let psc = pod.security_context.unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let c = &pod.containers[0];
+        assert_eq!(c.name, CONTAINER);
+        assert_eq!(c.image.as_deref(), Some("mirror.local/pulsar-consumer:1"));
+        let sc = c.security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+        let probe = c.readiness_probe.clone().unwrap().http_get.unwrap();
+        assert_eq!(probe.path.as_deref(), Some("/healthz"));
+        assert_eq!(c.ports.clone().unwrap()[0].container_port, 8080);
+        assert!(c.liveness_probe.is_none());
+        assert_eq!(
+            deployed_settings(&d),
+            Settings {
+                server: "pulsar://broker:6650".into(),
+                topic: "my-topic".into(),
+                subscription: "first-subscription".into(),
+            }
+        );
+        assert_eq!(
+            selector_labels(&pc)
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            [
+                "app.kubernetes.io/instance",
+                "app.kubernetes.io/managed-by",
+                "app.kubernetes.io/name"
+            ]
+        );
+    }
+
+    #[test]
+    fn default_image() {
+        let pc = consumer(1);
+        let owner = shared::apply::owner_reference(&pc).unwrap();
+        let d = desired_deployment(&pc, owner, "");
+        let image = d.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .clone();
+        assert_eq!(image.as_deref(), Some(DEFAULT_IMAGE));
+    }
+
+    #[test]
+    fn selector_ignores_the_custom_resource_labels() {
+        let mut pc = consumer(1);
+        let before = selector(&pc);
+        pc.metadata.labels = Some(BTreeMap::from([("team".into(), "payments".into())]));
+        assert_eq!(selector(&pc), before);
+        assert_eq!(
+            before,
+            "app.kubernetes.io/instance=orders,app.kubernetes.io/managed-by=pulsar-consumer-operator,app.kubernetes.io/name=pulsar-consumer"
+        );
+    }
+
+    #[test]
+    fn status_follows_the_rollout() {
+        let mut pc = consumer(2);
+        // Just applied: the Deployment controller has not seen it yet.
+        let s = status(&pc, Some(&deployment(&pc, counts(4, 0, 0, 0))), None, t(10));
+        assert_eq!(s.server, "pulsar://broker:6650");
+        assert_eq!(s.topic, "my-topic");
+        assert_eq!(s.subscription, "first-subscription");
+        assert_eq!((s.replicas, s.current_replicas), (0, 0));
+        assert_eq!(s.observed_generation, Some(2));
+        assert!(!is_true(&s.conditions, "Ready"));
+        assert_eq!(
+            find(&s.conditions, "Progressing").unwrap().reason,
+            "RollingOut"
+        );
+
+        pc.status = Some(s);
+        let s = status(&pc, Some(&deployment(&pc, counts(5, 2, 2, 1))), None, t(20));
+        assert_eq!((s.replicas, s.current_replicas), (1, 2));
+        assert_eq!(
+            find(&s.conditions, "Progressing").unwrap().reason,
+            "WaitingForConsumers"
+        );
+        assert_eq!(
+            find(&s.conditions, "Ready").unwrap().last_transition_time.0,
+            t(10)
+        );
+
+        pc.status = Some(s);
+        let s = status(&pc, Some(&deployment(&pc, counts(5, 2, 2, 2))), None, t(30));
+        assert!(is_true(&s.conditions, "Ready"));
+        assert!(!is_true(&s.conditions, "Progressing"));
+        assert_eq!(
+            find(&s.conditions, "Ready").unwrap().last_transition_time.0,
+            t(30)
+        );
+
+        // The same observation again: an identical status, so no write.
+        pc.status = Some(s.clone());
+        let again = status(&pc, Some(&deployment(&pc, counts(5, 2, 2, 2))), None, t(40));
+        assert_eq!(again, s);
+
+        // An old pod still around (rolling update): not ready yet.
+        let s = status(&pc, Some(&deployment(&pc, counts(5, 3, 2, 2))), None, t(50));
+        assert!(!is_true(&s.conditions, "Ready"));
+        assert_eq!(
+            find(&s.conditions, "Progressing").unwrap().reason,
+            "Scaling"
+        );
+    }
+
+    #[test]
+    fn scaled_to_zero_is_ready() {
+        let pc = consumer(0);
+        let s = status(&pc, Some(&deployment(&pc, counts(5, 0, 0, 0))), None, t(1));
+        assert!(is_true(&s.conditions, "Ready"));
+    }
+
+    #[test]
+    fn stuck_and_rejected() {
+        let pc = consumer(1);
+        let mut observed = counts(5, 1, 1, 0);
+        observed.conditions = Some(vec![DeploymentCondition {
+            type_: "Progressing".into(),
+            status: "False".into(),
+            reason: Some("ProgressDeadlineExceeded".into()),
+            message: Some("ReplicaSet has timed out progressing.".into()),
+            ..DeploymentCondition::default()
+        }]);
+        let s = status(&pc, Some(&deployment(&pc, observed)), None, t(1));
+        let p = find(&s.conditions, "Progressing").unwrap();
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("False", "ProgressDeadlineExceeded")
+        );
+
+        let s = status(&pc, None, Some("exceeded quota"), t(1));
+        let r = find(&s.conditions, "Ready").unwrap();
+        assert_eq!(r.reason, REASON_REJECTED);
+        assert!(r.message.contains("exceeded quota"));
+        assert_eq!(s.server, "");
+    }
+}

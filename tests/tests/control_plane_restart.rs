@@ -1,0 +1,96 @@
+//! The operator rides out an etcd restart and an API server restart on its
+//! own, without being restarted, and converges changes made afterwards.
+//!
+//! This file holds a single test: restarting the control plane would disturb
+//! other tests running at the same time in the same binary.
+
+use anyhow::{Context, Result, bail};
+use e2e::operator::OperatorProcess;
+use e2e::{TestNamespace, kubectl_ok, poll, repo_root, wait_for_within};
+use kube::api::PostParams;
+use podset_operator::api::PodSet;
+use serde_json::json;
+use std::process::Command;
+use std::time::Duration;
+
+fn xtask(args: &[&str]) -> Result<()> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(repo_root())
+        .args(["run", "--quiet", "-p", "xtask", "--"])
+        .args(args)
+        .output()
+        .context("running cargo xtask")?;
+    if !out.status.success() {
+        bail!(
+            "cargo xtask {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+async fn wait_ready(ns: &TestNamespace, replicas: i32) -> Result<()> {
+    wait_for_within(
+        &ns.api::<PodSet>(),
+        "survivor",
+        Duration::from_secs(90),
+        move |ps: Option<&PodSet>| {
+            ps.and_then(|p| p.status.as_ref().map(|s| (p, s)))
+                .is_some_and(|(p, s)| {
+                    s.ready_replicas == replicas && s.observed_generation == p.metadata.generation
+                })
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn operator_recovers_from_etcd_and_api_server_restarts() -> Result<()> {
+    if std::env::var_os("E2E_LOCAL_CLUSTER").is_none() {
+        eprintln!("skipped: needs the local cluster (cargo xtask test sets E2E_LOCAL_CLUSTER)");
+        return Ok(());
+    }
+    let ns = TestNamespace::new("restart").await?;
+    let mut op = OperatorProcess::start("podset-operator", &[&ns.name]).await?;
+    let ps: PodSet = serde_json::from_value(json!({
+        "apiVersion": "batch.tutorial.kubebuilder.io/v1",
+        "kind": "PodSet",
+        "metadata": {"name": "survivor"},
+        "spec": {"replicas": 2}
+    }))?;
+    ns.api::<PodSet>()
+        .create(&PostParams::default(), &ps)
+        .await?;
+    wait_ready(&ns, 2).await?;
+    let pid = op.pid();
+
+    for process in ["etcd", "apiserver"] {
+        xtask(&["cluster", "stop", process])?;
+        // The API is really gone (etcd down makes every read fail).
+        poll("the API unavailable", Duration::from_secs(30), || async {
+            Ok(kubectl_ok(["get", "--raw", "/api/v1/namespaces/default"])
+                .is_err()
+                .then_some(()))
+        })
+        .await?;
+        xtask(&["cluster", "up"])?;
+        let replicas = if process == "etcd" { 3 } else { 1 };
+        kubectl_ok([
+            "scale",
+            "podset/survivor",
+            &format!("--replicas={replicas}"),
+            "-n",
+            &ns.name,
+        ])?;
+        wait_ready(&ns, replicas).await?;
+        assert!(
+            op.is_running(),
+            "the operator must not exit; log:\n{}",
+            op.log()
+        );
+        assert_eq!(op.pid(), pid);
+    }
+    Ok(())
+}

@@ -1,0 +1,479 @@
+//! The Memcached operator on a real cluster, run with its own ServiceAccount.
+
+use anyhow::{Result, bail};
+use e2e::operator::{OperatorProcess, metric_sum};
+use e2e::{TIMEOUT, TestNamespace, dynamic_api, kubectl_ok, poll, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use memcached_operator::api::Memcached;
+use serde_json::{Value, json};
+
+const OPERATOR: &str = "memcached-operator";
+const FINALIZER: &str = "cache.example.com/finalizer";
+
+/// A manifest as the operator-sdk tutorial writes it.
+fn memcached(name: &str, size: i64) -> Value {
+    json!({
+        "apiVersion": "cache.example.com/v1alpha1",
+        "kind": "Memcached",
+        "metadata": {"name": name},
+        "spec": {"size": size}
+    })
+}
+
+async fn create(ns: &TestNamespace, manifest: Value) -> Result<Memcached> {
+    let obj: Memcached = serde_json::from_value(manifest)?;
+    Ok(ns
+        .api::<Memcached>()
+        .create(&PostParams::default(), &obj)
+        .await?)
+}
+
+fn condition(mc: &Memcached, type_: &str) -> Option<(String, String)> {
+    mc.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    })
+}
+
+/// Waits until the Memcached is Available with `size` ready pods for its current
+/// generation and no longer Progressing.
+async fn wait_available(ns: &TestNamespace, name: &str, size: i32) -> Result<Memcached> {
+    let api: Api<Memcached> = ns.api();
+    let mc = wait_for(&api, name, move |mc: Option<&Memcached>| {
+        mc.is_some_and(|mc| {
+            let Some(status) = &mc.status else {
+                return false;
+            };
+            status.observed_generation == mc.metadata.generation
+                && status.ready_replicas == size
+                && status.replicas == size
+                && status.nodes.len() == size as usize
+                && condition(mc, "Available").is_some_and(|(s, _)| s == "True")
+                && condition(mc, "Progressing").is_some_and(|(s, _)| s == "False")
+                && condition(mc, "Degraded").is_some_and(|(s, _)| s == "False")
+        })
+    })
+    .await?;
+    mc.ok_or_else(|| anyhow::anyhow!("Memcached {name} vanished"))
+}
+
+/// Names of the live (not terminating) pods of the Memcached's Deployment, sorted.
+async fn pod_names(ns: &TestNamespace, name: &str) -> Result<Vec<String>> {
+    let pods = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={name}")))
+        .await?;
+    let mut names: Vec<String> = pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Waits until `status.nodes` names exactly the live pods, `size` of them.
+async fn wait_nodes_match_pods(ns: &TestNamespace, name: &str, size: usize) -> Result<Vec<String>> {
+    poll("status.nodes to match the pods", TIMEOUT, || async {
+        let mc = ns.api::<Memcached>().get(name).await?;
+        let nodes = mc.status.map(|s| s.nodes).unwrap_or_default();
+        let pods = pod_names(ns, name).await?;
+        Ok((nodes == pods && pods.len() == size).then_some(nodes))
+    })
+    .await
+}
+
+fn scale(ns: &TestNamespace, name: &str, replicas: i32) -> Result<()> {
+    kubectl_ok([
+        "scale",
+        &format!("memcached/{name}"),
+        &format!("--replicas={replicas}"),
+        "-n",
+        &ns.name,
+    ])?;
+    Ok(())
+}
+
+fn container_port(d: &Deployment) -> Option<i32> {
+    d.spec.as_ref()?.template.spec.as_ref()?.containers[0]
+        .ports
+        .as_ref()?
+        .first()
+        .map(|p| p.container_port)
+}
+
+fn image(d: &Deployment) -> Option<String> {
+    d.spec.as_ref()?.template.spec.as_ref()?.containers[0]
+        .image
+        .clone()
+}
+
+fn replicas(d: &Deployment) -> Option<i32> {
+    d.spec.as_ref()?.replicas
+}
+
+fn service_port(s: &Service) -> Option<i32> {
+    s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port)
+}
+
+#[tokio::test]
+async fn memcached_converges_scales_and_repairs() -> Result<()> {
+    let ns = TestNamespace::restricted("memcached").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+
+    // Create converges to Available, with the tutorial's manifest.
+    let created = create(&ns, memcached("cache", 2)).await?;
+    let uid = created.metadata.uid.clone().unwrap_or_default();
+    let mc = wait_available(&ns, "cache", 2).await?;
+    assert!(
+        mc.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER),
+        "the finalizer is added"
+    );
+    let status = mc.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.selector,
+        "app.kubernetes.io/instance=cache,app.kubernetes.io/managed-by=memcached-operator,app.kubernetes.io/name=memcached"
+    );
+    wait_nodes_match_pods(&ns, "cache", 2).await?;
+
+    // The Deployment and Service, as the tutorial builds them.
+    let deployments: Api<Deployment> = ns.api();
+    let services: Api<Service> = ns.api();
+    let d = deployments.get("cache").await?;
+    let owner = d
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no controller owner"))?;
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Memcached", uid.as_str())
+    );
+    let labels = d.metadata.labels.clone().unwrap_or_default();
+    for key in [
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/part-of",
+    ] {
+        assert!(labels.contains_key(key), "Deployment label {key}");
+    }
+    assert_eq!(replicas(&d), Some(2));
+    assert_eq!(image(&d).as_deref(), Some("memcached:1.6.38-alpine"));
+    let pod_spec = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default();
+    let c = &pod_spec.containers[0];
+    assert_eq!(
+        c.command.clone().unwrap_or_default(),
+        ["memcached", "-m=64", "-o", "modern", "-v"]
+    );
+    assert_eq!(
+        c.ports.as_ref().and_then(|p| p[0].name.clone()).as_deref(),
+        Some("memcached")
+    );
+    assert_eq!(container_port(&d), Some(11211));
+    assert_eq!(
+        pod_spec.security_context.and_then(|s| s.run_as_user),
+        Some(1001)
+    );
+    let svc = services.get("cache").await?;
+    assert_eq!(service_port(&svc), Some(11211));
+    assert_eq!(
+        svc.spec.as_ref().and_then(|s| s.selector.clone()),
+        d.spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.clone())
+    );
+
+    // `kubectl scale` works through the scale subresource; status.nodes follows the pods.
+    scale(&ns, "cache", 3)?;
+    wait_available(&ns, "cache", 3).await?;
+    wait_nodes_match_pods(&ns, "cache", 3).await?;
+    scale(&ns, "cache", 1)?;
+    wait_available(&ns, "cache", 1).await?;
+    wait_nodes_match_pods(&ns, "cache", 1).await?;
+    assert_eq!(replicas(&deployments.get("cache").await?), Some(1));
+
+    // A spec change converges: the port moves on the pods and the Service.
+    ns.api::<Memcached>()
+        .patch(
+            "cache",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"containerPort": 12345}})),
+        )
+        .await?;
+    wait_for(&deployments, "cache", |d: Option<&Deployment>| {
+        d.is_some_and(|d| container_port(d) == Some(12345))
+    })
+    .await?;
+    wait_for(&services, "cache", |s: Option<&Service>| {
+        s.is_some_and(|s| service_port(s) == Some(12345))
+    })
+    .await?;
+    wait_available(&ns, "cache", 1).await?;
+
+    // Editing the Deployment by hand (replicas, image) is reverted.
+    deployments
+        .patch(
+            "cache",
+            &PatchParams::apply("e2e-editor").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "cache"},
+                "spec": {"replicas": 4, "template": {"spec": {"containers": [
+                    {"name": "memcached", "image": "busybox:1.37"}
+                ]}}}
+            })),
+        )
+        .await?;
+    wait_for(&deployments, "cache", |d: Option<&Deployment>| {
+        d.is_some_and(|d| {
+            replicas(d) == Some(1) && image(d).as_deref() == Some("memcached:1.6.38-alpine")
+        })
+    })
+    .await?;
+    deployments
+        .patch(
+            "cache",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await?;
+    wait_for(&deployments, "cache", |d: Option<&Deployment>| {
+        d.is_some_and(|d| replicas(d) == Some(1))
+    })
+    .await?;
+
+    // Deleted children come back (as new objects).
+    let old_deployment = deployments.get("cache").await?.metadata.uid;
+    deployments
+        .delete("cache", &DeleteParams::background())
+        .await?;
+    wait_for(&deployments, "cache", move |d: Option<&Deployment>| {
+        d.is_some_and(|d| {
+            d.metadata.uid != old_deployment && d.metadata.deletion_timestamp.is_none()
+        })
+    })
+    .await?;
+    let old_service = services.get("cache").await?.metadata.uid;
+    services.delete("cache", &DeleteParams::default()).await?;
+    wait_for(&services, "cache", move |s: Option<&Service>| {
+        s.is_some_and(|s| s.metadata.uid != old_service)
+    })
+    .await?;
+    wait_available(&ns, "cache", 1).await?;
+    wait_nodes_match_pods(&ns, "cache", 1).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn memcached_finalizer_flow_and_garbage_collection() -> Result<()> {
+    let ns = TestNamespace::restricted("memcached-fin").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    let created = create(&ns, memcached("gone", 1)).await?;
+    let uid = created.metadata.uid.clone().unwrap_or_default();
+    wait_available(&ns, "gone", 1).await?;
+
+    let api: Api<Memcached> = ns.api();
+    api.delete("gone", &DeleteParams::background()).await?;
+    wait_for(&api, "gone", |mc: Option<&Memcached>| mc.is_none()).await?;
+
+    // One Warning event, reason Finalizing, about this Memcached.
+    let events: Api<Event> = ns.api();
+    let finalizing = poll("the Finalizing event", TIMEOUT, || async {
+        let found: Vec<Event> = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
+                    && e.reason.as_deref() == Some("Finalizing")
+            })
+            .collect();
+        Ok((!found.is_empty()).then_some(found))
+    })
+    .await?;
+    assert_eq!(finalizing.len(), 1, "{finalizing:#?}");
+    assert_eq!(finalizing[0].type_.as_deref(), Some("Warning"));
+
+    // Garbage collection removes the children.
+    let deployments: Api<Deployment> = ns.api();
+    let services: Api<Service> = ns.api();
+    wait_for(&deployments, "gone", |d: Option<&Deployment>| d.is_none()).await?;
+    wait_for(&services, "gone", |s: Option<&Service>| s.is_none()).await?;
+    poll("the memcached pods gone", TIMEOUT, || async {
+        Ok(pod_names(&ns, "gone").await?.is_empty().then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn memcached_deleted_while_operator_down_completes_on_restart() -> Result<()> {
+    let ns = TestNamespace::restricted("memcached-down").await?;
+    let mut op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    create(&ns, memcached("later", 1)).await?;
+    wait_available(&ns, "later", 1).await?;
+    op.kill();
+
+    let api: Api<Memcached> = ns.api();
+    api.delete("later", &DeleteParams::background()).await?;
+    // The finalizer holds it while no operator runs.
+    let held = api.get("later").await?;
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(
+        held.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    );
+
+    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    wait_for(&api, "later", |mc: Option<&Memcached>| mc.is_none()).await?;
+    wait_for(
+        &ns.api::<Deployment>(),
+        "later",
+        |d: Option<&Deployment>| d.is_none(),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn memcached_at_rest_writes_nothing() -> Result<()> {
+    let ns = TestNamespace::new("memcached-idle").await?;
+    let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    create(&ns, memcached("idle", 2)).await?;
+    let mc = wait_available(&ns, "idle", 2).await?;
+    wait_nodes_match_pods(&ns, "idle", 2).await?;
+    let deployments: Api<Deployment> = ns.api();
+    let services: Api<Service> = ns.api();
+    let rv = |m: &kube::api::ObjectMeta| m.resource_version.clone().unwrap_or_default();
+    let before = (
+        rv(&deployments.get("idle").await?.metadata),
+        rv(&services.get("idle").await?.metadata),
+    );
+
+    // Trigger a reconcile without changing the spec: touch an annotation, then wait
+    // until the operator has reconciled it (its counter moves).
+    let reconciles = |text: &str| metric_sum(text, "controller_runtime_reconcile_total", &[]);
+    let count = reconciles(&op.metrics()?);
+    ns.api::<Memcached>()
+        .patch(
+            "idle",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
+        )
+        .await?;
+    poll("a reconcile after the touch", TIMEOUT, || async {
+        Ok((reconciles(&op.metrics()?) > count).then_some(()))
+    })
+    .await?;
+
+    let after = ns.api::<Memcached>().get("idle").await?;
+    assert_eq!(after.status, mc.status, "status must not be rewritten");
+    assert_eq!(after.metadata.finalizers, mc.metadata.finalizers);
+    let after_rv = (
+        rv(&deployments.get("idle").await?.metadata),
+        rv(&services.get("idle").await?.metadata),
+    );
+    assert_eq!(before, after_rv, "children must not be written");
+    Ok(())
+}
+
+#[tokio::test]
+async fn memcached_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
+    let ns = TestNamespace::new("memcached-invalid").await?;
+    let api: Api<DynamicObject> = dynamic_api(
+        &ns,
+        "cache.example.com",
+        "v1alpha1",
+        "Memcached",
+        "memcacheds",
+    );
+    e2e::operator::install(OPERATOR)?;
+    let cases = [
+        ("bad", json!({"size": -1}), "spec.size"),
+        ("bad", json!({"size": 101}), "spec.size"),
+        ("bad", json!({"size": "three"}), "spec.size"),
+        ("bad", json!({}), "spec.size"),
+        (
+            "bad",
+            json!({"size": 1, "containerPort": 0}),
+            "spec.containerPort",
+        ),
+        (
+            "bad",
+            json!({"size": 1, "containerPort": 65536}),
+            "spec.containerPort",
+        ),
+        (
+            "bad",
+            json!({"size": 1, "containerPort": "http"}),
+            "spec.containerPort",
+        ),
+        ("bad.name", json!({"size": 1}), "metadata.name"),
+        ("9lives", json!({"size": 1}), "metadata.name"),
+    ];
+    for (name, spec, field) in cases {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cache.example.com/v1alpha1",
+            "kind": "Memcached",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))?;
+        let Err(err) = api.create(&PostParams::default(), &obj).await else {
+            bail!("{name} {spec} must be rejected");
+        };
+        let message = err.to_string();
+        assert!(
+            message.contains(field),
+            "the error for {name} {spec} must name {field}: {message}"
+        );
+    }
+    assert!(api.list(&ListParams::default()).await?.items.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn memcached_outside_watch_namespace_is_untouched() -> Result<()> {
+    let watched = TestNamespace::new("memcached-watched").await?;
+    let other = TestNamespace::new("memcached-other").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    create(&other, memcached("ignored", 1)).await?;
+    create(&watched, memcached("seen", 1)).await?;
+    // Once the watched one converged, the operator has been running and listening; the
+    // other namespace's object must have no status, no finalizer and no children.
+    wait_available(&watched, "seen", 1).await?;
+    let ignored = other.api::<Memcached>().get("ignored").await?;
+    assert!(ignored.status.is_none(), "{:?}", ignored.status);
+    assert!(ignored.metadata.finalizers.unwrap_or_default().is_empty());
+    assert!(
+        other
+            .api::<Deployment>()
+            .get_opt("ignored")
+            .await?
+            .is_none()
+    );
+    assert!(other.api::<Service>().get_opt("ignored").await?.is_none());
+    Ok(())
+}
