@@ -14,7 +14,7 @@ use k8s_openapi::{
     },
     apimachinery::pkg::{
         api::resource::Quantity,
-        apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference},
+        apis::meta::v1::{Condition, LabelSelector, ObjectMeta, OwnerReference},
         util::intstr::IntOrString,
     },
 };
@@ -314,6 +314,17 @@ pub fn status(
             )
         },
     );
+    // The contract's `Ready`, for tools and people that look for it: the same as
+    // `Available` (the tutorial's own condition). Events announce `Available` only.
+    if let Some(available) = conditions.iter().find(|c| c.type_ == "Available").cloned() {
+        set_condition(
+            &mut conditions,
+            Condition {
+                type_: "Ready".into(),
+                ..available
+            },
+        );
+    }
     let (progressing, reason, message) = if replicas != size || dep_replicas != size {
         (
             true,
