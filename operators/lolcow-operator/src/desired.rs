@@ -8,9 +8,8 @@ use k8s_openapi::{
     api::{
         apps::v1::{Deployment, DeploymentSpec},
         core::v1::{
-            Capabilities, Container, ContainerPort, EnvVar, HTTPGetAction, PodSecurityContext,
-            PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-            Service, ServicePort, ServiceSpec,
+            Container, ContainerPort, EnvVar, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
+            ResourceRequirements, Service, ServicePort, ServiceSpec,
         },
     },
     apimachinery::pkg::{
@@ -21,6 +20,9 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 use shared::conditions::{find, new_condition, set_condition};
+use shared::pod_security::{
+    restricted_container_security_context, restricted_pod_security_context,
+};
 
 use crate::{
     OPERATOR,
@@ -168,16 +170,7 @@ pub fn desired_deployment(lc: &Lolcow, owner: OwnerReference, image: &str) -> De
             limits: Some(quantities("200m", "64Mi")),
             ..ResourceRequirements::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(restricted_container_security_context()),
         ..Container::default()
     };
     Deployment {
@@ -195,16 +188,7 @@ pub fn desired_deployment(lc: &Lolcow, owner: OwnerReference, image: &str) -> De
                 }),
                 spec: Some(PodSpec {
                     automount_service_account_token: Some(false),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(APP_USER),
-                        run_as_group: Some(APP_USER),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(restricted_pod_security_context(APP_USER)),
                     containers: vec![container],
                     ..PodSpec::default()
                 }),

@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::core::v1::{
-        Capabilities, Container, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
-    },
+    api::core::v1::{Container, Pod, PodSpec},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use kube::ResourceExt;
 use shared::conditions::{new_condition, set_condition};
+use shared::pod_security::{
+    restricted_container_security_context, restricted_pod_security_context,
+};
 
 use crate::{
     OPERATOR,
@@ -73,30 +74,12 @@ pub fn desired_pod(ps: &PodSet, owner: OwnerReference, default_image: &str) -> P
         },
         spec: Some(PodSpec {
             automount_service_account_token: Some(false),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(POD_USER),
-                run_as_group: Some(POD_USER),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".to_owned(),
-                    ..SeccompProfile::default()
-                }),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(restricted_pod_security_context(POD_USER)),
             containers: vec![Container {
                 name: "busybox".to_owned(),
                 image: Some(image),
                 command: Some(vec!["sleep".to_owned(), "3600".to_owned()]),
-                security_context: Some(SecurityContext {
-                    allow_privilege_escalation: Some(false),
-                    read_only_root_filesystem: Some(true),
-                    run_as_non_root: Some(true),
-                    capabilities: Some(Capabilities {
-                        drop: Some(vec!["ALL".to_owned()]),
-                        ..Capabilities::default()
-                    }),
-                    ..SecurityContext::default()
-                }),
+                security_context: Some(restricted_container_security_context()),
                 ..Container::default()
             }],
             ..PodSpec::default()

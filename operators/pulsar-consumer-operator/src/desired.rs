@@ -7,8 +7,8 @@ use k8s_openapi::{
     api::{
         apps::v1::{Deployment, DeploymentSpec},
         core::v1::{
-            Capabilities, Container, ContainerPort, EnvVar, HTTPGetAction, PodSecurityContext,
-            PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+            Container, ContainerPort, EnvVar, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
+            ResourceRequirements,
         },
     },
     apimachinery::pkg::{
@@ -19,6 +19,9 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 use shared::conditions::{new_condition, set_condition};
+use shared::pod_security::{
+    restricted_container_security_context, restricted_pod_security_context,
+};
 
 use crate::{
     OPERATOR,
@@ -127,16 +130,7 @@ pub fn desired_deployment(pc: &PulsarConsumer, owner: OwnerReference, image: &st
             limits: Some(quantities(&[("memory", "128Mi")])),
             ..ResourceRequirements::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(restricted_container_security_context()),
         ..Container::default()
     };
     Deployment {
@@ -160,16 +154,7 @@ pub fn desired_deployment(pc: &PulsarConsumer, owner: OwnerReference, image: &st
                 }),
                 spec: Some(PodSpec {
                     automount_service_account_token: Some(false),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(POD_USER),
-                        run_as_group: Some(POD_USER),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(restricted_pod_security_context(POD_USER)),
                     containers: vec![container],
                     ..PodSpec::default()
                 }),
