@@ -6,16 +6,19 @@
 //!   end-to-end tests on the local cluster).
 //! - `pulsar up|down|restart|status`: a real Apache Pulsar standalone broker
 //!   on 127.0.0.1, for the consumer app's tests.
-//! - `bench consumer [--messages N]` (or `bench --all`): benchmarks, results
-//!   under `target/bench/`.
+//! - `bench consumer [--messages N]`, `bench operator [--operator <op>
+//!   --objects N --replicas R | --standard]` (or `bench --all`): benchmarks,
+//!   results under `target/bench/`.
 //! - `image <name> [--push <registry>]`: a static binary in a minimal OCI image.
 //! - `deploy|undeploy <operator>`, `run <operator>`: install an operator on
 //!   the current cluster, or run it locally against it.
 
 mod bench;
+mod bench_operator;
 mod cluster;
 mod cmd;
 mod crds;
+mod demo;
 mod deploy;
 mod image;
 mod paths;
@@ -37,6 +40,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show all four operators at work: local cluster (or the real one in
+    /// KUBECONFIG), operators, samples, the lolcow page; Ctrl-C stops it.
+    Demo(demo::DemoArgs),
     /// The local Kubernetes control plane used by the tests.
     Cluster {
         #[command(subcommand)]
@@ -125,6 +131,7 @@ fn main() -> Result<()> {
                 Ok(())
             }
         },
+        Command::Demo(args) => demo::run(&args),
         Command::Crds { check } => crds::run(check),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),

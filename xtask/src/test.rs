@@ -136,7 +136,14 @@ fn e2e(args: &TestArgs) -> Result<()> {
     if let Some(filter) = &args.e2e_filter {
         test.arg(filter);
     }
-    let result = cmd::run(&mut test);
+    let mut result = cmd::run(&mut test);
+    if result.is_ok() && external.is_none() && args.e2e_filter.is_none() {
+        println!("==> the quick start: cargo xtask demo (non-interactive)");
+        result = crate::demo::run(&crate::demo::DemoArgs {
+            exit_when_ready: true,
+            local: true,
+        });
+    }
     let pulsar_stopped = if pulsar_was_running || !pulsar::is_running() {
         Ok(())
     } else {

@@ -1,0 +1,342 @@
+//! `cargo xtask demo`: one command that shows all four operators at work.
+//!
+//! With nothing configured it uses the embedded local cluster (starting it,
+//! and building it the first time), installs every operator's `deploy/` tree
+//! (CRD, RBAC, ...), runs the four operators as local processes with their own
+//! ServiceAccounts' tokens (pods on the local cluster are simulated, so the
+//! operators' own Deployments cannot really run there), applies the samples,
+//! waits until all are Ready, shows them, and serves the lolcow page on
+//! localhost until Ctrl-C, when it stops everything it started.
+//!
+//! With a real cluster in KUBECONFIG it deploys the operators for real
+//! (`cargo xtask deploy`) instead.
+
+use crate::cluster;
+use crate::cmd;
+use crate::crds::OPERATORS;
+use crate::deploy;
+use crate::paths;
+use anyhow::{Context, Result, bail};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The namespace the samples go to.
+const NAMESPACE: &str = "demo";
+/// Where the lolcow page is served on this machine.
+const LOLCOW_PORT: u16 = 8088;
+
+/// Options of `cargo xtask demo`.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Exit once everything is Ready (non-interactive; used by `cargo xtask test`).
+    #[arg(long)]
+    pub exit_when_ready: bool,
+    /// Use the local cluster even when KUBECONFIG names another one.
+    #[arg(long)]
+    pub local: bool,
+}
+
+/// Child processes stopped (and waited for) when dropped.
+#[derive(Default)]
+struct Processes(Vec<(String, Child)>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (name, child) in &mut self.0 {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            if !cmd::wait_until(Duration::from_secs(10), || {
+                child.try_wait().ok().flatten().is_some()
+            }) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+            println!("demo: stopped {name}");
+        }
+    }
+}
+
+fn kubectl(kubeconfig: Option<&Path>) -> Result<Command> {
+    let built = cluster::build::kubectl()?;
+    let mut c = Command::new(if cmd::is_executable(&built) {
+        built
+    } else {
+        "kubectl".into()
+    });
+    if let Some(path) = kubeconfig {
+        c.env("KUBECONFIG", path);
+    }
+    Ok(c)
+}
+
+/// Whether KUBECONFIG (or ~/.kube/config) names a cluster other than the local one.
+fn real_cluster() -> bool {
+    let local = cluster::Layout::new().kubeconfig();
+    match std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        Some(path) => path != local.as_os_str(),
+        None => std::env::var_os("HOME")
+            .is_some_and(|home| Path::new(&home).join(".kube/config").exists()),
+    }
+}
+
+/// Runs the demo.
+pub fn run(args: &DemoArgs) -> Result<()> {
+    if !args.local && real_cluster() {
+        return run_on_real_cluster(args);
+    }
+    let layout = cluster::Layout::new();
+    let started_cluster = !cluster::is_up(&layout);
+    let kubeconfig = cluster::up()?;
+    let result = run_locally(args, &layout, &kubeconfig);
+    if started_cluster && args.exit_when_ready {
+        // A non-interactive run leaves the machine as it found it.
+        cluster::down()?;
+    } else if started_cluster {
+        println!("demo: the local cluster keeps running; `cargo xtask cluster down` stops it");
+    }
+    result
+}
+
+fn run_locally(args: &DemoArgs, layout: &cluster::Layout, kubeconfig: &Path) -> Result<()> {
+    println!("demo: building the operators and the lolcow web app");
+    cmd::run(
+        Command::new(env!("CARGO"))
+            .current_dir(paths::repo_root())
+            .args(["build", "--quiet", "--bins"]),
+    )?;
+    let state = paths::state_dir("demo");
+    std::fs::create_dir_all(&state)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+    }
+
+    cmd::output(kubectl(Some(kubeconfig))?.args([
+        "create",
+        "namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]))
+    .and_then(|yaml| {
+        let path = state.join("namespace.yaml");
+        std::fs::write(&path, yaml)?;
+        cmd::output(kubectl(Some(kubeconfig))?.args(["apply", "-f"]).arg(path))
+    })?;
+
+    let mut processes = Processes::default();
+    for (i, op) in OPERATORS.iter().enumerate() {
+        println!("demo: installing deploy/{op} and starting {op} with its ServiceAccount's token");
+        cmd::output(
+            kubectl(Some(kubeconfig))?
+                .args(["apply", "--server-side", "--force-conflicts", "-k"])
+                .arg(paths::repo_root().join("deploy").join(op)),
+        )?;
+        cmd::output(
+            kubectl(Some(kubeconfig))?
+                .args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
+                .arg(paths::repo_root().join("deploy").join(op).join("crd.yaml")),
+        )?;
+        let sa_config = service_account_kubeconfig(layout, kubeconfig, op, &state)?;
+        let log = std::fs::File::create(state.join(format!("{op}.log")))?;
+        let port = 18_480 + u16::try_from(i).unwrap_or(0) * 2;
+        let child = Command::new(paths::target_dir().join("debug").join(op))
+            .arg("run")
+            .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+            .arg(format!(
+                "--health-probe-bind-address=127.0.0.1:{}",
+                port + 1
+            ))
+            .env("KUBECONFIG", &sa_config)
+            .env("WATCH_NAMESPACE", NAMESPACE)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {op}"))?;
+        processes.0.push(((*op).to_owned(), child));
+    }
+
+    apply_samples(Some(kubeconfig))?;
+    wait_ready(Some(kubeconfig))?;
+    print!(
+        "{}",
+        cmd::output(kubectl(Some(kubeconfig))?.args([
+            "get",
+            "podsets,memcacheds,lolcows,pulsarconsumers",
+            "-n",
+            NAMESPACE,
+        ]))?
+    );
+
+    // The lolcow pod is simulated on the local cluster: serve the same page
+    // with the same greeting here.
+    let greeting = cmd::output(kubectl(Some(kubeconfig))?.args([
+        "get",
+        "lolcows",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.items[0].status.greeting}",
+    ]))?;
+    let log = std::fs::File::create(state.join("lolcow-web.log"))?;
+    let web = Command::new(paths::target_dir().join("debug").join("lolcow-web"))
+        .args(["--listen", "127.0.0.1", "--port", &LOLCOW_PORT.to_string()])
+        .env("GREETING", greeting.trim())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting lolcow-web")?;
+    processes.0.push(("lolcow-web".into(), web));
+    let url = format!("http://127.0.0.1:{LOLCOW_PORT}/");
+    let served = cmd::wait_until(Duration::from_secs(20), || {
+        cmd::succeeds(Command::new("curl").args(["-sf", "-o", "/dev/null", &url]))
+    });
+    if !served {
+        bail!(
+            "the lolcow page did not come up; see {}",
+            state.join("lolcow-web.log").display()
+        );
+    }
+    println!("demo: the lolcow page is served at {url}");
+    println!("demo: operator logs are in {}", state.display());
+
+    if args.exit_when_ready {
+        println!("demo: everything is Ready");
+    } else {
+        println!("demo: press Ctrl-C to stop");
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        println!("demo: stopping");
+    }
+    drop(processes);
+    let _ = cmd::output(kubectl(Some(kubeconfig))?.args([
+        "delete",
+        "namespace",
+        NAMESPACE,
+        "--wait=false",
+    ]));
+    Ok(())
+}
+
+/// A kubeconfig authenticating as `<op>` in `<op>-system`, so the demo runs
+/// with exactly the RBAC that `deploy/` grants.
+fn service_account_kubeconfig(
+    layout: &cluster::Layout,
+    admin: &Path,
+    op: &str,
+    state: &Path,
+) -> Result<PathBuf> {
+    let token = cmd::output(kubectl(Some(admin))?.args([
+        "create",
+        "token",
+        op,
+        "-n",
+        &format!("{op}-system"),
+        "--duration=24h",
+    ]))?;
+    let path = state.join(format!("{op}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {op}
+  user:
+    token: {token}
+contexts:
+- name: {op}
+  context: {{cluster: local, user: {op}, namespace: {NAMESPACE}}}
+current-context: {op}
+",
+            server = cluster::API_SERVER,
+            ca = layout.ca_certificate().display(),
+            token = token.trim(),
+        ),
+    )?;
+    Ok(path)
+}
+
+fn apply_samples(kubeconfig: Option<&Path>) -> Result<()> {
+    for op in OPERATORS {
+        cmd::output(
+            kubectl(kubeconfig)?
+                .args(["apply", "-n", NAMESPACE, "-k"])
+                .arg(paths::repo_root().join("deploy").join(op).join("samples")),
+        )
+        .with_context(|| format!("applying the samples of {op}"))?;
+    }
+    Ok(())
+}
+
+fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
+    println!("demo: waiting until every sample is Ready");
+    cmd::output(kubectl(kubeconfig)?.args([
+        "wait",
+        "--for=condition=Ready",
+        "podsets,memcacheds,lolcows,pulsarconsumers",
+        "--all",
+        "-n",
+        NAMESPACE,
+        "--timeout=180s",
+    ]))?;
+    Ok(())
+}
+
+fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
+    println!("demo: KUBECONFIG names a real cluster: deploying the operators for real");
+    for op in OPERATORS {
+        deploy::deploy(&deploy::DeployArgs {
+            operator: op.to_owned(),
+            image: None,
+            registry: std::env::var("DEMO_REGISTRY").ok(),
+            namespaced: None,
+            tag: None,
+        })?;
+    }
+    cmd::output(kubectl(None)?.args(["create", "namespace", NAMESPACE])).or_else(|e| {
+        if e.to_string().contains("AlreadyExists") {
+            Ok(String::new())
+        } else {
+            Err(e)
+        }
+    })?;
+    apply_samples(None)?;
+    wait_ready(None)?;
+    print!(
+        "{}",
+        cmd::output(kubectl(None)?.args([
+            "get",
+            "podsets,memcacheds,lolcows,pulsarconsumers",
+            "-n",
+            NAMESPACE,
+        ]))?
+    );
+    println!(
+        "demo: open the lolcow page at http://<node-ip>:<port>/ (port: `kubectl get lolcows -n {NAMESPACE}`)"
+    );
+    if !args.exit_when_ready {
+        println!(
+            "demo: the operators keep running in the cluster; `cargo xtask undeploy <operator>` removes one"
+        );
+    }
+    Ok(())
+}
