@@ -5,7 +5,7 @@
 //! Benchmarks are subcommands of `bench`; add a new one as a variant of
 //! [`Benchmark`] with its own options, and to [`run_all`].
 //!
-//! - `consumer [--messages N]`: throughput of the Pulsar consumer app (release
+//! - `consumer [--messages N] [--no-build]`: throughput of the Pulsar consumer app (release
 //!   build) against the real standalone broker of `cargo xtask pulsar up`:
 //!   N messages (default 20000) are produced to a fresh topic, then consumed
 //!   by one consumer, and again (another topic) by two consumers sharing a
@@ -15,6 +15,9 @@
 //!   (`pulsar_consumer_messages_acked_total`, polled every 100 ms), which
 //!   also gives a coarser second figure. The broker is stopped afterwards if
 //!   this command started it.
+//! - `operator [--operator <op> --objects N --replicas R | --standard]`:
+//!   scale, speed and memory of the operators on the local cluster; see
+//!   `bench_operator.rs`. `--all` runs its standard set.
 
 use crate::cmd;
 use crate::paths;
@@ -48,6 +51,8 @@ pub struct BenchArgs {
 enum Benchmark {
     /// Throughput of the Pulsar consumer app with 1 and 2 consumers.
     Consumer(ConsumerArgs),
+    /// Scale, speed and memory of an operator (or `--standard`: all of them).
+    Operator(crate::bench_operator::OperatorArgs),
 }
 
 /// Options of `cargo xtask bench consumer`.
@@ -56,11 +61,18 @@ struct ConsumerArgs {
     /// Messages produced to (and consumed from) each topic.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     messages: u64,
+    /// Use `target/release/pulsar-consumer` as it is instead of building it
+    /// first (on a busy machine the release build takes long).
+    #[arg(long)]
+    no_build: bool,
 }
 
 impl Default for ConsumerArgs {
     fn default() -> Self {
-        Self { messages: 20_000 }
+        Self {
+            messages: 20_000,
+            no_build: false,
+        }
     }
 }
 
@@ -68,19 +80,23 @@ impl Default for ConsumerArgs {
 pub fn run(args: &BenchArgs) -> Result<()> {
     match (&args.benchmark, args.all) {
         (Some(Benchmark::Consumer(a)), _) => consumer(a),
+        (Some(Benchmark::Operator(a)), _) => crate::bench_operator::run(a),
         (None, true) => run_all(),
         (None, false) => bail!(
-            "name a benchmark (`cargo xtask bench consumer`) or pass --all; see `cargo xtask bench --help`"
+            "name a benchmark (`cargo xtask bench consumer|operator`) or pass --all; see `cargo xtask bench --help`"
         ),
     }
 }
 
 fn run_all() -> Result<()> {
-    consumer(&ConsumerArgs::default())
+    // Every benchmark runs even when an earlier one fails.
+    let operators = crate::bench_operator::run_all();
+    consumer(&ConsumerArgs::default())?;
+    operators
 }
 
 /// `target/bench`, created.
-fn out_dir() -> Result<PathBuf> {
+pub(crate) fn out_dir() -> Result<PathBuf> {
     let dir = paths::target_dir().join("bench");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
@@ -91,14 +107,14 @@ fn out_dir() -> Result<PathBuf> {
 // ---------------------------------------------------------------------------
 
 /// What the figures depend on: CPUs, memory, CPU model.
-struct Machine {
+pub(crate) struct Machine {
     nproc: usize,
     memory_kib: u64,
     cpu_model: String,
 }
 
 impl Machine {
-    fn probe() -> Self {
+    pub(crate) fn probe() -> Self {
         let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
         let memory_kib = fs::read_to_string("/proc/meminfo")
             .ok()
@@ -124,7 +140,7 @@ impl Machine {
         }
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "nproc": self.nproc,
             "memory_kib": self.memory_kib,
@@ -132,7 +148,7 @@ impl Machine {
         })
     }
 
-    fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         format!(
             "Machine: {} CPUs (`nproc`), {:.1} GiB memory, {}.",
             self.nproc,
@@ -184,20 +200,22 @@ fn rate(messages: u64, seconds: f64) -> f64 {
 
 fn consumer(args: &ConsumerArgs) -> Result<()> {
     let n = args.messages;
-    println!("==> bench consumer: building pulsar-consumer (release)");
-    cmd::run(
-        Command::new(env!("CARGO"))
-            .current_dir(paths::repo_root())
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "-p",
-                "pulsar-consumer",
-                "--bin",
-                "pulsar-consumer",
-            ]),
-    )?;
+    if !args.no_build {
+        println!("==> bench consumer: building pulsar-consumer (release)");
+        cmd::run(
+            Command::new(env!("CARGO"))
+                .current_dir(paths::repo_root())
+                .args([
+                    "build",
+                    "--quiet",
+                    "--release",
+                    "-p",
+                    "pulsar-consumer",
+                    "--bin",
+                    "pulsar-consumer",
+                ]),
+        )?;
+    }
     let binary = paths::target_dir().join("release/pulsar-consumer");
     ensure!(binary.is_file(), "{} was not built", binary.display());
 
@@ -288,11 +306,11 @@ fn consumer(args: &ConsumerArgs) -> Result<()> {
     Ok(())
 }
 
-fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-fn git_commit() -> Option<String> {
+pub(crate) fn git_commit() -> Option<String> {
     cmd::output(Command::new("git").current_dir(paths::repo_root()).args([
         "rev-parse",
         "--short",

@@ -1,0 +1,1223 @@
+//! `cargo xtask bench operator`: scale, speed and memory of one operator on
+//! the local cluster; `--standard` (and `cargo xtask bench --all`) runs the
+//! standard set: every operator with 100 objects, PodSet and Memcached also
+//! with 1,000.
+//!
+//! One run: the operator's release binary runs on this machine as in the
+//! end-to-end tests (its ServiceAccount's token, `WATCH_NAMESPACE` = one fresh
+//! bench namespace), and the bench, as a plain client with its own watches on
+//! the custom resources and the pods:
+//! 1. reads the idle memory once the operator is ready (no objects);
+//! 2. creates N objects at once and times each one to `Ready` (the `Ready`
+//!    condition `True` for the current generation), until every object is
+//!    Ready and the namespace holds exactly the pods wanted;
+//! 3. watches a quiet window (60 s, `--quick` 10 s): the operator must write
+//!    nothing;
+//! 4. changes the spec of every object (replicas - 1, or a new greeting) and
+//!    times the re-convergence; 5. deletes them all and times until every
+//!    child is gone.
+//!
+//! Throughout: peak memory (`VmHWM`), CPU time, pods ever seen (extra pods
+//! beyond the desired count must be 0) and every API request the operator
+//! made, by verb and phase (counted at the client; see [`requests`]).
+//! Results: `target/bench/<operator>-<N>.json`, and from every such file
+//! `target/bench/operators.md` and `target/bench/ready-over-time.svg`.
+
+mod procfs;
+mod report;
+mod requests;
+
+use crate::bench::{Machine, git_commit, out_dir, round3};
+use crate::{cluster, cmd, paths, pulsar};
+use anyhow::{Context, Result, bail, ensure};
+use clap::{Args, ValueEnum};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{
+    AuthInfo, Context as KubeContext, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedContext,
+};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Options of `cargo xtask bench operator`.
+#[derive(Args, Clone)]
+pub struct OperatorArgs {
+    /// The operator to measure.
+    #[arg(long, value_enum, default_value_t = Operator::Podset)]
+    operator: Operator,
+    /// Objects created at once (N).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    objects: u32,
+    /// Replicas of each object (PodSet, Memcached, PulsarConsumer; a Lolcow has one pod).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(2..=20))]
+    replicas: i32,
+    /// The quiet window after convergence, in seconds, during which the operator must not write.
+    #[arg(long, default_value_t = 60)]
+    settle_seconds: u64,
+    /// Development mode: a 10 s quiet window.
+    #[arg(long)]
+    quick: bool,
+    /// Run the standard set instead (every operator at N=100; PodSet and Memcached
+    /// also at N=1000); `--quick` applies.
+    #[arg(long)]
+    standard: bool,
+    /// Extra environment of the operator process, e.g. `MALLOC_ARENA_MAX=2` (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+}
+
+impl Default for OperatorArgs {
+    fn default() -> Self {
+        Self {
+            operator: Operator::Podset,
+            objects: 100,
+            replicas: 3,
+            settle_seconds: 60,
+            quick: false,
+            standard: false,
+            env: Vec::new(),
+        }
+    }
+}
+
+impl OperatorArgs {
+    fn settle(&self) -> Duration {
+        Duration::from_secs(if self.quick { 10 } else { self.settle_seconds })
+    }
+}
+
+/// The operators, as named on the command line.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
+pub enum Operator {
+    /// `podset-operator` (PodSet: pods created by the operator).
+    Podset,
+    /// `memcached-operator` (Memcached: a Deployment and a Service).
+    Memcached,
+    /// `lolcow-operator` (Lolcow: a Deployment and a NodePort Service).
+    Lolcow,
+    /// `pulsar-consumer-operator` (PulsarConsumer: a Deployment).
+    PulsarConsumer,
+}
+
+impl Operator {
+    const ALL: [Operator; 4] = [
+        Operator::Podset,
+        Operator::Memcached,
+        Operator::Lolcow,
+        Operator::PulsarConsumer,
+    ];
+
+    /// The command-line name, used in file names.
+    fn name(self) -> &'static str {
+        match self {
+            Operator::Podset => "podset",
+            Operator::Memcached => "memcached",
+            Operator::Lolcow => "lolcow",
+            Operator::PulsarConsumer => "pulsar-consumer",
+        }
+    }
+
+    /// The crate, binary and `deploy/` folder.
+    fn crate_name(self) -> &'static str {
+        match self {
+            Operator::Podset => "podset-operator",
+            Operator::Memcached => "memcached-operator",
+            Operator::Lolcow => "lolcow-operator",
+            Operator::PulsarConsumer => "pulsar-consumer-operator",
+        }
+    }
+
+    /// Group, version, kind, plural.
+    fn gvkp(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Operator::Podset => ("batch.tutorial.kubebuilder.io", "v1", "PodSet", "podsets"),
+            Operator::Memcached => ("cache.example.com", "v1alpha1", "Memcached", "memcacheds"),
+            Operator::Lolcow => ("my.domain", "v1alpha1", "Lolcow", "lolcows"),
+            Operator::PulsarConsumer => (
+                "pulsar.pulsarconsumer.krvarma.com",
+                "v1",
+                "PulsarConsumer",
+                "pulsarconsumers",
+            ),
+        }
+    }
+
+    fn api_resource(self) -> ApiResource {
+        let (g, v, k, p) = self.gvkp();
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p)
+    }
+
+    /// Pods one object runs with `replicas`.
+    fn pods_per_object(self, replicas: i32) -> i32 {
+        match self {
+            Operator::Lolcow => 1,
+            _ => replicas,
+        }
+    }
+
+    /// The `i`-th object; `port` is the Lolcow's NodePort.
+    fn object(self, name: &str, replicas: i32, port: i32) -> Value {
+        let (g, v, k, _) = self.gvkp();
+        let spec = match self {
+            Operator::Podset => json!({ "replicas": replicas }),
+            Operator::Memcached => json!({ "size": replicas, "containerPort": 11211 }),
+            Operator::Lolcow => json!({ "port": port, "greeting": "Hello from the bench" }),
+            Operator::PulsarConsumer => json!({
+                "serverAddress": "pulsar://localhost:6650",
+                "topic": format!("bench-{name}"),
+                "subscriptionName": "bench",
+                "replicas": replicas,
+            }),
+        };
+        json!({
+            "apiVersion": format!("{g}/{v}"),
+            "kind": k,
+            "metadata": { "name": name },
+            "spec": spec,
+        })
+    }
+
+    /// The spec change of phase 4 (merge patch) and what it is, for the report.
+    fn change(self, replicas: i32) -> (Value, String) {
+        match self {
+            Operator::Podset | Operator::PulsarConsumer => (
+                json!({ "spec": { "replicas": replicas - 1 } }),
+                format!("replicas {replicas} -> {}", replicas - 1),
+            ),
+            Operator::Memcached => (
+                json!({ "spec": { "size": replicas - 1 } }),
+                format!("size {replicas} -> {}", replicas - 1),
+            ),
+            Operator::Lolcow => (
+                json!({ "spec": { "greeting": "Moo again from the bench" } }),
+                "new greeting (rolls the Deployment)".to_owned(),
+            ),
+        }
+    }
+
+    /// Replicas after [`Operator::change`].
+    fn changed_replicas(self, replicas: i32) -> i32 {
+        match self {
+            Operator::Lolcow => replicas,
+            _ => replicas - 1,
+        }
+    }
+
+    /// Writes one object needs at least to become Ready: its children's
+    /// creates or applies, a finalizer, and one status write.
+    fn minimum_writes(self, replicas: i32) -> u64 {
+        match self {
+            Operator::Podset => u64::try_from(replicas).unwrap_or(0) + 1,
+            Operator::Memcached => 2 + 1 + 1,
+            Operator::Lolcow => 2 + 1,
+            Operator::PulsarConsumer => 1 + 1,
+        }
+    }
+}
+
+/// The standard set: (operator, N).
+fn standard_set() -> Vec<(Operator, u32)> {
+    let mut set: Vec<(Operator, u32)> = Operator::ALL.iter().map(|o| (*o, 100)).collect();
+    set.push((Operator::Podset, 1000));
+    set.push((Operator::Memcached, 1000));
+    set
+}
+
+/// `cargo xtask bench operator ...`.
+pub fn run(args: &OperatorArgs) -> Result<()> {
+    if args.standard {
+        return run_standard(args);
+    }
+    let runtime = runtime()?;
+    let result = bench_and_record(&runtime, args);
+    report::write_summary()?;
+    result
+}
+
+/// The standard set with default options (for `cargo xtask bench --all`).
+pub fn run_all() -> Result<()> {
+    run_standard(&OperatorArgs::default())
+}
+
+fn run_standard(base: &OperatorArgs) -> Result<()> {
+    let runtime = runtime()?;
+    let mut failed = Vec::new();
+    for (operator, objects) in standard_set() {
+        let args = OperatorArgs {
+            operator,
+            objects,
+            standard: false,
+            ..base.clone()
+        };
+        if let Err(e) = bench_and_record(&runtime, &args) {
+            eprintln!(
+                "bench operator: {} N={objects} failed: {e:#}",
+                operator.name()
+            );
+            failed.push(format!("{}-{objects}: {e:#}", operator.name()));
+        }
+    }
+    let summary = report::write_summary()?;
+    println!("{summary}");
+    ensure!(
+        failed.is_empty(),
+        "some runs failed:\n{}",
+        failed.join("\n")
+    );
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}
+
+fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
+    let op = args.operator;
+    println!(
+        "==> bench operator: {} with {} objects ({} replicas)",
+        op.name(),
+        args.objects,
+        args.replicas
+    );
+    cmd::run(
+        Command::new(env!("CARGO"))
+            .current_dir(paths::repo_root())
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "-p",
+                op.crate_name(),
+                "--bin",
+                op.crate_name(),
+            ]),
+    )?;
+    let binary = paths::target_dir().join("release").join(op.crate_name());
+    ensure!(binary.is_file(), "{} was not built", binary.display());
+    let kubeconfig = cluster::up()?;
+    install(op, &kubeconfig)?;
+    let sa_kubeconfig = service_account_kubeconfig(op, &kubeconfig)?;
+    let result = runtime.block_on(bench(args, &binary, &kubeconfig, &sa_kubeconfig));
+    let _ = fs::remove_file(&sa_kubeconfig);
+    let outcome = result?;
+    let path = out_dir()?.join(format!("{}-{}.json", op.name(), args.objects));
+    fs::write(&path, serde_json::to_string_pretty(&outcome)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("{}", report::one_line(&outcome));
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// kubectl (the cluster's own when built) with the admin kubeconfig.
+fn kubectl(kubeconfig: &Path) -> Command {
+    let program = cluster::build::kubectl()
+        .ok()
+        .filter(|p| cmd::is_executable(p))
+        .unwrap_or_else(|| "kubectl".into());
+    let mut c = Command::new(program);
+    c.env("KUBECONFIG", kubeconfig);
+    c
+}
+
+/// `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
+fn install(op: Operator, kubeconfig: &Path) -> Result<()> {
+    let dir = paths::repo_root().join("deploy").join(op.crate_name());
+    cmd::output(
+        kubectl(kubeconfig)
+            .args([
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=bench",
+                "-k",
+            ])
+            .arg(&dir),
+    )?;
+    cmd::output(
+        kubectl(kubeconfig)
+            .args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
+            .arg(dir.join("crd.yaml")),
+    )?;
+    Ok(())
+}
+
+/// A kubeconfig with a fresh token of the operator's ServiceAccount.
+fn service_account_kubeconfig(op: Operator, admin: &Path) -> Result<PathBuf> {
+    let (name, namespace) = (op.crate_name(), format!("{}-system", op.crate_name()));
+    let token = cmd::output(kubectl(admin).args([
+        "create",
+        "token",
+        name,
+        "-n",
+        &namespace,
+        "--duration=2h",
+    ]))?;
+    let admin_config = Kubeconfig::read_from(admin)?;
+    let cluster = admin_config
+        .clusters
+        .first()
+        .cloned()
+        .context("the admin kubeconfig names no cluster")?;
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let config = Kubeconfig {
+        clusters: vec![cluster.clone()],
+        auth_infos: vec![NamedAuthInfo {
+            name: user.clone(),
+            auth_info: Some(AuthInfo {
+                token: Some(token.trim().to_owned().into()),
+                ..AuthInfo::default()
+            }),
+            other: BTreeMap::default(),
+        }],
+        contexts: vec![NamedContext {
+            name: "sa".into(),
+            context: Some(KubeContext {
+                cluster: cluster.name.clone(),
+                user: Some(user),
+                ..KubeContext::default()
+            }),
+            other: BTreeMap::default(),
+        }],
+        current_context: Some("sa".into()),
+        ..Kubeconfig::default()
+    };
+    let dir = out_dir()?.join("logs");
+    fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}-{}.kubeconfig", op.name(), std::process::id()));
+    fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+    Ok(path)
+}
+
+async fn client_from(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+// ---------------------------------------------------------------------------
+// What the bench's own watches see
+// ---------------------------------------------------------------------------
+
+/// The custom resources as watched.
+#[derive(Default)]
+struct Objects {
+    /// Live objects: name -> generation.
+    generation: HashMap<String, i64>,
+    /// When each object was first seen Ready at a generation.
+    ready_at: HashMap<(String, i64), Instant>,
+    /// Changes seen after the initial list.
+    changes: u64,
+}
+
+/// The pods of the bench namespace as watched (metadata only).
+#[derive(Default)]
+struct Pods {
+    /// UIDs of every pod ever seen.
+    ever: HashSet<String>,
+    /// UIDs of pods that exist (terminating ones included).
+    present: HashSet<String>,
+    /// UIDs of pods that exist and are not terminating.
+    active: HashSet<String>,
+    /// Changes seen after the initial list.
+    changes: u64,
+    /// Pods listed during a re-list, applied at its end.
+    relist: Option<Vec<(String, bool)>>,
+}
+
+impl Objects {
+    fn observe(&mut self, obj: &DynamicObject, now: Instant) {
+        let name = obj.name_any();
+        let generation = obj.metadata.generation.unwrap_or(0);
+        self.generation.insert(name.clone(), generation);
+        let status = &obj.data["status"];
+        let observed = status["observedGeneration"].as_i64().unwrap_or(0);
+        let ready = status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        if ready && observed >= generation {
+            self.ready_at.entry((name, generation)).or_insert(now);
+        }
+    }
+
+    /// Objects Ready at `generation` (or a later one).
+    fn ready(&self, names: &[String], generations: &HashMap<String, i64>) -> usize {
+        names
+            .iter()
+            .filter(|n| {
+                let want = generations.get(*n).copied().unwrap_or(1);
+                let have = self.generation.get(*n).copied().unwrap_or(0);
+                have >= want && self.ready_at.contains_key(&((*n).clone(), have))
+            })
+            .count()
+    }
+}
+
+impl Pods {
+    fn observe(&mut self, uid: String, terminating: bool) {
+        self.ever.insert(uid.clone());
+        self.present.insert(uid.clone());
+        if terminating {
+            self.active.remove(&uid);
+        } else {
+            self.active.insert(uid);
+        }
+    }
+
+    fn gone(&mut self, uid: &str) {
+        self.present.remove(uid);
+        self.active.remove(uid);
+    }
+}
+
+/// Watches the custom resources and the pods of `namespace` into shared state.
+fn spawn_watches(
+    client: &Client,
+    namespace: &str,
+    op: Operator,
+) -> (Arc<Mutex<Objects>>, Arc<Mutex<Pods>>) {
+    let objects = Arc::new(Mutex::new(Objects::default()));
+    let pods = Arc::new(Mutex::new(Pods::default()));
+    let cr_api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &op.api_resource());
+    let state = objects.clone();
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(cr_api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let now = Instant::now();
+            let Ok(mut s) = state.lock() else { break };
+            match event {
+                Ok(Event::Apply(obj)) => {
+                    s.changes += 1;
+                    s.observe(&obj, now);
+                }
+                Ok(Event::InitApply(obj)) => s.observe(&obj, now),
+                Ok(Event::Delete(obj)) => {
+                    s.changes += 1;
+                    s.generation.remove(&obj.name_any());
+                }
+                Ok(Event::Init | Event::InitDone) => {}
+                Err(e) => eprintln!("bench: custom resource watch: {e}"),
+            }
+        }
+    });
+    let pod_api: Api<PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), namespace);
+    let state = pods.clone();
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(pod_api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(mut s) = state.lock() else { break };
+            match event {
+                Ok(Event::Apply(p)) => {
+                    s.changes += 1;
+                    let terminating = p.metadata.deletion_timestamp.is_some();
+                    s.observe(p.uid().unwrap_or_default(), terminating);
+                }
+                Ok(Event::Delete(p)) => {
+                    s.changes += 1;
+                    s.gone(&p.uid().unwrap_or_default());
+                }
+                Ok(Event::Init) => s.relist = Some(Vec::new()),
+                Ok(Event::InitApply(p)) => {
+                    let entry = (
+                        p.uid().unwrap_or_default(),
+                        p.metadata.deletion_timestamp.is_some(),
+                    );
+                    s.relist.get_or_insert_with(Vec::new).push(entry);
+                }
+                Ok(Event::InitDone) => {
+                    let listed = s.relist.take().unwrap_or_default();
+                    s.present.clear();
+                    s.active.clear();
+                    for (uid, terminating) in listed {
+                        s.observe(uid, terminating);
+                    }
+                }
+                Err(e) => eprintln!("bench: pod watch: {e}"),
+            }
+        }
+    });
+    (objects, pods)
+}
+
+// ---------------------------------------------------------------------------
+// The operator process
+// ---------------------------------------------------------------------------
+
+/// The operator under test; SIGTERM (then SIGKILL) when dropped.
+struct OperatorProcess {
+    child: Child,
+    log_path: PathBuf,
+    metrics_port: u16,
+    health_port: u16,
+}
+
+impl OperatorProcess {
+    fn start(
+        binary: &Path,
+        kubeconfig: &Path,
+        namespace: &str,
+        log_path: &Path,
+        env: &[(String, String)],
+    ) -> Result<Self> {
+        let metrics_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let health_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = fs::File::create(log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        let child = Command::new(binary)
+            .arg("run")
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+            .arg(format!(
+                "--health-probe-bind-address=127.0.0.1:{health_port}"
+            ))
+            .arg("--log-format=json")
+            .env("KUBECONFIG", kubeconfig)
+            .env("WATCH_NAMESPACE", namespace)
+            .env("RUST_LOG", requests::RUST_LOG)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Self {
+            child,
+            log_path: log_path.to_owned(),
+            metrics_port,
+            health_port,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn sample(&self) -> Result<procfs::Sample> {
+        procfs::sample(self.pid())
+            .with_context(|| format!("the operator is gone; log: {}", self.log_path.display()))
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "the operator exited ({status}); log: {}",
+                    self.log_path.display()
+                );
+            }
+            let port = self.health_port;
+            let ok = tokio::task::spawn_blocking(move || pulsar::http_get(port, "/readyz"))
+                .await?
+                .is_some_and(|(code, _)| code == 200);
+            if ok {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the operator was not ready within 60 s; log: {}",
+                self.log_path.display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The operator's log so far, from byte `from`.
+    fn log_from(&self, from: usize) -> String {
+        let text = fs::read(&self.log_path).unwrap_or_default();
+        String::from_utf8_lossy(text.get(from..).unwrap_or_default()).into_owned()
+    }
+
+    /// Bytes logged so far (a phase boundary).
+    fn log_len(&self) -> usize {
+        fs::metadata(&self.log_path).map_or(0, |m| m.len() as usize)
+    }
+
+    /// `controller_runtime_reconcile_total`, summed over results.
+    fn reconciles(&self) -> u64 {
+        pulsar::http_get(self.metrics_port, "/metrics")
+            .map(|(_, body)| {
+                body.lines()
+                    .filter(|l| l.starts_with("controller_runtime_reconcile_total"))
+                    .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+                    .sum::<f64>() as u64
+            })
+            .unwrap_or(0)
+    }
+
+    fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One run
+// ---------------------------------------------------------------------------
+
+/// Polls `done` every 50 ms; fails after `timeout` with `progress()`.
+async fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut done: impl FnMut() -> bool,
+    progress: impl Fn() -> String,
+) -> Result<Instant> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return Ok(Instant::now());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "timed out after {}s waiting for {what} ({})",
+            timeout.as_secs(),
+            progress()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn seconds(from: Instant, to: Instant) -> f64 {
+    round3(to.saturating_duration_since(from).as_secs_f64())
+}
+
+/// The q-quantile (nearest rank) of sorted values.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Per-object latencies (`from` -> Ready at the generation in `generations`), sorted.
+fn latencies(
+    objects: &Objects,
+    names: &[String],
+    from: &HashMap<String, Instant>,
+    generations: &HashMap<String, i64>,
+) -> Vec<f64> {
+    let mut all: Vec<f64> = names
+        .iter()
+        .filter_map(|n| {
+            let generation = objects.generation.get(n).copied()?;
+            let want = generations.get(n).copied().unwrap_or(1);
+            let ready = (want..=generation)
+                .filter_map(|g| objects.ready_at.get(&(n.clone(), g)))
+                .min()?;
+            Some(seconds(*from.get(n)?, *ready))
+        })
+        .collect();
+    all.sort_by(f64::total_cmp);
+    all
+}
+
+/// Requests in a stretch of the operator's log, as JSON with totals.
+fn requests_json(log: &str, objects: u32) -> (Value, u64, u64) {
+    let counts = requests::count(log);
+    let (all, writes) = requests::totals(&counts);
+    let value = json!({
+        "total": all,
+        "writes": writes,
+        "per_object": round3(all as f64 / f64::from(objects)),
+        "writes_per_object": round3(writes as f64 / f64::from(objects)),
+        "by_verb": counts,
+    });
+    (value, all, writes)
+}
+
+/// NodePorts not used by any Service of the cluster, `count` of them.
+async fn free_node_ports(client: &Client, count: u32) -> Result<Vec<i32>> {
+    let services: Api<Service> = Api::all(client.clone());
+    let used: HashSet<i32> = services
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
+        .flatten()
+        .filter_map(|p| p.node_port)
+        .collect();
+    // Start away from the low end, which the tests' samples use.
+    let free: Vec<i32> = (31000..=32767)
+        .chain(30000..31000)
+        .filter(|p| !used.contains(p))
+        .take(count as usize)
+        .collect();
+    ensure!(
+        free.len() == count as usize,
+        "only {} free NodePorts for {count} Lolcows",
+        free.len()
+    );
+    Ok(free)
+}
+
+async fn bench(
+    args: &OperatorArgs,
+    binary: &Path,
+    admin_kubeconfig: &Path,
+    sa_kubeconfig: &Path,
+) -> Result<Value> {
+    let op = args.operator;
+    let n = args.objects;
+    let client = client_from(admin_kubeconfig).await?;
+    let namespace = format!(
+        "bench-{}-{n}-{}",
+        op.name(),
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() % 1_000_000)
+    );
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({
+        "metadata": {
+            "name": namespace,
+            "labels": { "bench.rust-operators.dev/operator": op.name() },
+        }
+    }))?;
+    ns_api.create(&PostParams::default(), &ns).await?;
+    println!("    namespace {namespace}");
+    let result = bench_in(args, binary, &client, &namespace, sa_kubeconfig).await;
+    cleanup(&client, op, &namespace).await;
+    result
+}
+
+/// Deletes the bench namespace. Objects with a finalizer whose operator has
+/// stopped would keep it `Terminating` forever, so they lose their
+/// finalizers first.
+async fn cleanup(client: &Client, op: Operator, namespace: &str) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &op.api_resource());
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    if let Ok(left) = api.list_metadata(&ListParams::default()).await {
+        for obj in left.items {
+            if !obj.finalizers().is_empty() {
+                let _ = api
+                    .patch(
+                        &obj.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+                    )
+                    .await;
+            }
+        }
+    }
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let _ = ns_api.delete(namespace, &DeleteParams::default()).await;
+}
+
+#[allow(clippy::too_many_lines)] // one run, phase by phase
+async fn bench_in(
+    args: &OperatorArgs,
+    binary: &Path,
+    client: &Client,
+    namespace: &str,
+    sa_kubeconfig: &Path,
+) -> Result<Value> {
+    let op = args.operator;
+    let n = args.objects;
+    let replicas = args.replicas;
+    let want_pods = (n as usize) * op.pods_per_object(replicas) as usize;
+    let names: Vec<String> = (0..n).map(|i| format!("{}-{i:04}", op.name())).collect();
+
+    // Pods need the namespace's default ServiceAccount.
+    let sa_api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sa_api.get_opt("default").await?.is_none() {
+        ensure!(
+            Instant::now() < deadline,
+            "no default ServiceAccount in {namespace}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (objects, pods) = spawn_watches(client, namespace, op);
+
+    let env: Vec<(String, String)> = args
+        .env
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .with_context(|| format!("--env {kv}: expected KEY=VALUE"))
+        })
+        .collect::<Result<_>>()?;
+    let logs = out_dir()?.join("logs");
+    fs::create_dir_all(&logs)?;
+    let log_path = logs.join(format!("{}-{n}.log", op.name()));
+    let started = Instant::now();
+    let mut process = OperatorProcess::start(binary, sa_kubeconfig, namespace, &log_path, &env)?;
+    process.wait_ready().await?;
+    let ready_seconds = seconds(started, Instant::now());
+    // Let startup allocations settle, then read the idle figures.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = process.sample()?;
+    let log_idle = process.log_len();
+    println!(
+        "    idle: RSS {} MiB (peak {} MiB), {} threads, ready after {ready_seconds}s",
+        procfs::mib(idle.rss_kib),
+        procfs::mib(idle.hwm_kib),
+        idle.threads
+    );
+
+    // Create N at once.
+    let cr_api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &op.api_resource());
+    let ports = if op == Operator::Lolcow {
+        free_node_ports(client, n).await?
+    } else {
+        vec![0; n as usize]
+    };
+    let manifests: Vec<(String, DynamicObject)> = names
+        .iter()
+        .zip(&ports)
+        .map(|(name, port)| {
+            Ok((
+                name.clone(),
+                serde_json::from_value(op.object(name, replicas, *port))?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let t_create = Instant::now();
+    let created: Vec<(String, Instant, i64)> = futures::stream::iter(manifests)
+        .map(|(name, obj)| {
+            let api = cr_api.clone();
+            async move {
+                let sent = Instant::now();
+                let created = api
+                    .create(&PostParams::default(), &obj)
+                    .await
+                    .with_context(|| format!("creating {name}"))?;
+                Ok::<_, anyhow::Error>((name, sent, created.metadata.generation.unwrap_or(1)))
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect()
+        .await?;
+    let created_seconds = seconds(t_create, Instant::now());
+    let sent_at: HashMap<String, Instant> =
+        created.iter().map(|(n, t, _)| (n.clone(), *t)).collect();
+    let generations: HashMap<String, i64> =
+        created.iter().map(|(n, _, g)| (n.clone(), *g)).collect();
+    let timeout = Duration::from_secs(180 + u64::from(n) / 2);
+    let t_converged = wait_until(
+        "every object Ready with its pods",
+        timeout,
+        || {
+            let ready = objects.lock().map_or(0, |o| o.ready(&names, &generations));
+            let active = pods.lock().map_or(0, |p| p.active.len());
+            ready == n as usize && active == want_pods
+        },
+        || {
+            format!(
+                "{} of {n} Ready, {} of {want_pods} pods",
+                objects.lock().map_or(0, |o| o.ready(&names, &generations)),
+                pods.lock().map_or(0, |p| p.active.len())
+            )
+        },
+    )
+    .await?;
+    let loaded = process.sample()?;
+    let log_converged = process.log_len();
+    let (create_lat, ready_curve) = {
+        let o = objects
+            .lock()
+            .map_err(|_| anyhow::anyhow!("state lock poisoned"))?;
+        let lat = latencies(&o, &names, &sent_at, &generations);
+        let mut curve: Vec<f64> = names
+            .iter()
+            .filter_map(|name| {
+                let g = generations.get(name)?;
+                o.ready_at
+                    .get(&(name.clone(), *g))
+                    .map(|t| seconds(t_create, *t))
+            })
+            .collect();
+        curve.sort_by(f64::total_cmp);
+        (lat, curve)
+    };
+    let all_ready_seconds = seconds(t_create, t_converged);
+    println!(
+        "    create: {n} objects Ready in {all_ready_seconds}s (p50 {}s, p99 {}s), peak RSS {} MiB",
+        quantile(&create_lat, 0.5),
+        quantile(&create_lat, 0.99),
+        procfs::mib(loaded.hwm_kib)
+    );
+
+    // The quiet window.
+    let settle = args.settle();
+    let before = (
+        objects.lock().map_or(0, |o| o.changes),
+        pods.lock().map_or(0, |p| p.changes),
+        process.reconciles(),
+    );
+    tokio::time::sleep(settle).await;
+    let after = (
+        objects.lock().map_or(0, |o| o.changes),
+        pods.lock().map_or(0, |p| p.changes),
+        process.reconciles(),
+    );
+    let steady = process.sample()?;
+    let log_settled = process.log_len();
+    let pods_ever_before_change = pods.lock().map_or(0, |p| p.ever.len());
+    let extra_pods = pods_ever_before_change.saturating_sub(want_pods);
+    let settle_log = process.log_from(log_converged);
+    let settle_log = settle_log
+        .get(..log_settled.saturating_sub(log_converged))
+        .unwrap_or(&settle_log);
+    let (settle_requests, _, settle_writes) = requests_json(settle_log, n);
+    println!(
+        "    quiet {}s: {settle_writes} writes, {} reconciles; RSS {} MiB",
+        settle.as_secs(),
+        after.2.saturating_sub(before.2),
+        procfs::mib(steady.rss_kib)
+    );
+
+    // Change every spec.
+    let (patch, change) = op.change(replicas);
+    let want_pods_after = (n as usize) * op.pods_per_object(op.changed_replicas(replicas)) as usize;
+    let t_change = Instant::now();
+    let patched: Vec<(String, Instant, i64)> = futures::stream::iter(names.clone())
+        .map(|name| {
+            let (api, patch) = (cr_api.clone(), patch.clone());
+            async move {
+                let sent = Instant::now();
+                let obj = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .with_context(|| format!("changing {name}"))?;
+                Ok::<_, anyhow::Error>((name, sent, obj.metadata.generation.unwrap_or(0)))
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect()
+        .await?;
+    let changed_at: HashMap<String, Instant> =
+        patched.iter().map(|(n, t, _)| (n.clone(), *t)).collect();
+    let new_generations: HashMap<String, i64> =
+        patched.iter().map(|(n, _, g)| (n.clone(), *g)).collect();
+    let t_reconverged = wait_until(
+        "every object Ready after the change",
+        timeout,
+        || {
+            let ready = objects
+                .lock()
+                .map_or(0, |o| o.ready(&names, &new_generations));
+            let active = pods.lock().map_or(0, |p| p.active.len());
+            ready == n as usize && active == want_pods_after
+        },
+        || {
+            format!(
+                "{} of {n} Ready, {} of {want_pods_after} pods",
+                objects
+                    .lock()
+                    .map_or(0, |o| o.ready(&names, &new_generations)),
+                pods.lock().map_or(0, |p| p.active.len())
+            )
+        },
+    )
+    .await?;
+    let changed = process.sample()?;
+    let log_changed = process.log_len();
+    let change_lat = {
+        let o = objects
+            .lock()
+            .map_err(|_| anyhow::anyhow!("state lock poisoned"))?;
+        latencies(&o, &names, &changed_at, &new_generations)
+    };
+    let pods_created_by_change = pods.lock().map_or(0, |p| p.ever.len()) - pods_ever_before_change;
+    let change_seconds = seconds(t_change, t_reconverged);
+    println!("    change ({change}): converged in {change_seconds}s");
+
+    // Delete everything.
+    let t_delete = Instant::now();
+    cr_api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let t_objects_gone = wait_until(
+        "every object deleted",
+        timeout,
+        || objects.lock().is_ok_and(|o| o.generation.is_empty()),
+        || format!("{} left", objects.lock().map_or(0, |o| o.generation.len())),
+    )
+    .await?;
+    let lp = ListParams::default();
+    let deadline = Instant::now() + timeout;
+    let t_children_gone = loop {
+        let no_pods = pods.lock().is_ok_and(|p| p.present.is_empty());
+        let left = if no_pods {
+            deployments.list_metadata(&lp).await?.items.len()
+                + replicasets.list_metadata(&lp).await?.items.len()
+                + services.list_metadata(&lp).await?.items.len()
+        } else {
+            1
+        };
+        if left == 0 {
+            break Instant::now();
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "children still present {}s after deleting the objects",
+            timeout.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let delete_seconds = seconds(t_delete, t_children_gone);
+    println!("    delete: children gone in {delete_seconds}s");
+    let end = process.sample()?;
+    let log_end = process.log_len();
+    process.stop();
+
+    // Requests by phase, from the operator's log.
+    let log = process.log_from(0);
+    let slice = |from: usize, to: usize| log.get(from..to.min(log.len())).unwrap_or_default();
+    let (startup_req, _, _) = requests_json(slice(0, log_idle), n);
+    let (create_req, _, create_writes) = requests_json(slice(log_idle, log_converged), n);
+    let (change_req, _, _) = requests_json(slice(log_settled, log_changed), n);
+    let (delete_req, _, _) = requests_json(slice(log_changed, log_end), n);
+    let (total_req, _, _) = requests_json(slice(0, log_end), n);
+
+    let machine = Machine::probe();
+    Ok(json!({
+        "benchmark": "operator",
+        "operator": op.name(),
+        "binary": op.crate_name(),
+        "build": "release",
+        "objects": n,
+        "replicas": replicas,
+        "pods_per_object": op.pods_per_object(replicas),
+        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "git_commit": git_commit(),
+        "machine": machine.json(),
+        "operator_env": args.env,
+        "request_counting": "client side: kube-rs `requesting` debug events (RUST_LOG=info,kube_client::client::builder=debug)",
+        "minimum_writes_per_object": op.minimum_writes(replicas),
+        "startup": {
+            "ready_seconds": ready_seconds,
+            "idle_rss_kib": idle.rss_kib,
+            "idle_hwm_kib": idle.hwm_kib,
+            "threads": idle.threads,
+            "cpu_seconds": round3(idle.cpu_seconds),
+            "requests": startup_req,
+        },
+        "create": {
+            "submit_seconds": created_seconds,
+            "all_ready_seconds": all_ready_seconds,
+            "latency_p50_seconds": quantile(&create_lat, 0.5),
+            "latency_p99_seconds": quantile(&create_lat, 0.99),
+            "latency_max_seconds": quantile(&create_lat, 1.0),
+            "ready_curve_seconds": ready_curve,
+            "hwm_kib": loaded.hwm_kib,
+            "rss_kib": loaded.rss_kib,
+            "threads": loaded.threads,
+            "cpu_seconds": round3(loaded.cpu_seconds - idle.cpu_seconds),
+            "writes": create_writes,
+            "requests": create_req,
+        },
+        "pods": {
+            "desired": want_pods,
+            "ever_seen_before_change": pods_ever_before_change,
+            "extra": extra_pods,
+            "created_by_change": pods_created_by_change,
+        },
+        "steady": {
+            "window_seconds": settle.as_secs(),
+            "writes": settle_writes,
+            "requests": settle_requests,
+            "reconciles": after.2.saturating_sub(before.2),
+            "object_changes_seen": after.0.saturating_sub(before.0),
+            "pod_changes_seen": after.1.saturating_sub(before.1),
+            "rss_kib": steady.rss_kib,
+            "cpu_seconds": round3(steady.cpu_seconds - loaded.cpu_seconds),
+        },
+        "change": {
+            "what": change,
+            "all_ready_seconds": change_seconds,
+            "latency_p50_seconds": quantile(&change_lat, 0.5),
+            "latency_p99_seconds": quantile(&change_lat, 0.99),
+            "cpu_seconds": round3(changed.cpu_seconds - steady.cpu_seconds),
+            "requests": change_req,
+        },
+        "delete": {
+            "objects_gone_seconds": seconds(t_delete, t_objects_gone),
+            "children_gone_seconds": delete_seconds,
+            "requests": delete_req,
+        },
+        "end": {
+            "hwm_kib": end.hwm_kib,
+            "rss_kib": end.rss_kib,
+            "threads": end.threads,
+            "cpu_seconds": round3(end.cpu_seconds),
+            "requests": total_req,
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 1.0), 100.0);
+        assert_eq!(quantile(&[], 0.5), 0.0);
+        assert_eq!(quantile(&[3.0], 0.99), 3.0);
+    }
+
+    #[test]
+    fn standard_set_covers_every_operator() {
+        let set = standard_set();
+        for op in Operator::ALL {
+            assert!(set.contains(&(op, 100)));
+        }
+        assert!(set.contains(&(Operator::Podset, 1000)));
+        assert!(set.contains(&(Operator::Memcached, 1000)));
+    }
+
+    #[test]
+    fn objects_parse() -> Result<()> {
+        for op in Operator::ALL {
+            let obj: DynamicObject = serde_json::from_value(op.object("x-0001", 3, 31000))?;
+            assert_eq!(obj.name_any(), "x-0001");
+            assert!(op.change(3).0["spec"].is_object());
+        }
+        Ok(())
+    }
+}

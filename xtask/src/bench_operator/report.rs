@@ -1,0 +1,386 @@
+//! The summary of every operator run under `target/bench/`:
+//! `operators.md` (tables, targets) and `ready-over-time.svg` (objects Ready
+//! over time after the create, one line per run).
+
+use super::procfs::mib;
+use crate::bench::{Machine, out_dir};
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::fs;
+
+/// Idle RSS target, MiB.
+const IDLE_TARGET_MIB: f64 = 10.0;
+/// Peak RSS target with 1,000 objects, MiB.
+const PEAK_TARGET_MIB: f64 = 40.0;
+
+/// One line for the console after a run.
+pub fn one_line(run: &Value) -> String {
+    format!(
+        "    {}-{}: idle {} MiB, peak {} MiB, all Ready {}s (p50 {}s, p99 {}s), {} requests/object, {} extra pods, {} quiet writes, CPU {}s",
+        run["operator"].as_str().unwrap_or("?"),
+        run["objects"],
+        mib(kib(&run["startup"]["idle_rss_kib"])),
+        mib(kib(&run["end"]["hwm_kib"])),
+        run["create"]["all_ready_seconds"],
+        run["create"]["latency_p50_seconds"],
+        run["create"]["latency_p99_seconds"],
+        run["create"]["requests"]["per_object"],
+        run["pods"]["extra"],
+        run["steady"]["writes"],
+        run["end"]["cpu_seconds"],
+    )
+}
+
+fn kib(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+/// Every `target/bench/*.json` of an operator run, in the standard order.
+fn runs() -> Result<Vec<Value>> {
+    let dir = out_dir()?;
+    let mut runs = Vec::new();
+    for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(run) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        if run["benchmark"] == "operator" {
+            runs.push(run);
+        }
+    }
+    let order = |r: &Value| {
+        let op = r["operator"].as_str().unwrap_or("");
+        let i = ["podset", "memcached", "lolcow", "pulsar-consumer"]
+            .iter()
+            .position(|o| *o == op)
+            .unwrap_or(9);
+        (i, r["objects"].as_u64().unwrap_or(0))
+    };
+    runs.sort_by_key(order);
+    Ok(runs)
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok { "met" } else { "**missed**" }
+}
+
+/// Writes `operators.md` and `ready-over-time.svg` from every run; returns
+/// the Markdown.
+pub fn write_summary() -> Result<String> {
+    let runs = runs()?;
+    let dir = out_dir()?;
+    let md = markdown(&runs);
+    let md_path = dir.join("operators.md");
+    fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    let svg_path = dir.join("ready-over-time.svg");
+    fs::write(&svg_path, svg(&runs)).with_context(|| format!("writing {}", svg_path.display()))?;
+    println!("wrote {} and {}", md_path.display(), svg_path.display());
+    Ok(md)
+}
+
+fn markdown(runs: &[Value]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmark: the operators at scale\n");
+    let _ = writeln!(
+        md,
+        "Each run: the operator's release binary as a local process (its ServiceAccount's \
+         token, one fresh namespace watched), on the local cluster (`cargo xtask cluster up`: \
+         real API server, kwok nodes). N objects are created at once, left alone for a quiet \
+         window, changed, then deleted (`cargo xtask bench operator --operator <op> \
+         --objects <N> --replicas 3`; the set below: `cargo xtask bench --all`).\n"
+    );
+    let _ = writeln!(md, "{}\n", Machine::probe().markdown());
+    if let Some(machine) = runs.first().map(|r| &r["machine"]) {
+        let _ = writeln!(
+            md,
+            "Runs recorded on: {} CPUs, {:.1} GiB, {}.\n",
+            machine["nproc"],
+            f(&machine["memory_kib"]) / 1024.0 / 1024.0,
+            machine["cpu_model"].as_str().unwrap_or("?")
+        );
+    }
+    let _ = writeln!(
+        md,
+        "| operator | N | pods | idle RSS MiB | peak RSS MiB | RSS after quiet MiB | threads | \
+         all Ready s | p50 s | p99 s | requests/obj | writes/obj (min) | extra pods | \
+         quiet writes (s) | change s | delete s | CPU s |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | \
+         ---: | ---: | ---: | ---: | ---: |"
+    );
+    for r in runs {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} |",
+            r["operator"].as_str().unwrap_or("?"),
+            r["objects"],
+            r["pods"]["desired"],
+            mib(kib(&r["startup"]["idle_rss_kib"])),
+            mib(kib(&r["end"]["hwm_kib"])),
+            mib(kib(&r["steady"]["rss_kib"])),
+            r["create"]["threads"],
+            r["create"]["all_ready_seconds"],
+            r["create"]["latency_p50_seconds"],
+            r["create"]["latency_p99_seconds"],
+            r["create"]["requests"]["per_object"],
+            r["create"]["requests"]["writes_per_object"],
+            r["minimum_writes_per_object"],
+            r["pods"]["extra"],
+            r["steady"]["writes"],
+            r["steady"]["window_seconds"],
+            r["change"]["all_ready_seconds"],
+            r["delete"]["children_gone_seconds"],
+            r["end"]["cpu_seconds"],
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n- RSS: `VmRSS` of `/proc/<pid>/status`; idle = 3 s after `/readyz` with no objects; \
+         peak = `VmHWM` at the end of the run.\n\
+         - All Ready: from the first create to every object `Ready` (condition `True` for its \
+         current generation) with exactly the wanted pods; p50/p99 per object, create request \
+         to Ready.\n\
+         - Requests and writes: the create phase (until all Ready), counted at the client \
+         (kube-rs logs one debug event per HTTP request; `apiserver_request_total` has no \
+         per-client label and the cluster is shared). Minimum writes: one create/apply per \
+         child, the finalizer (Memcached), one status write.\n\
+         - Extra pods: pods ever seen (a watch on the namespace) beyond N x replicas, before \
+         the change. Quiet writes: writes during the window after convergence.\n\
+         - Change: every spec changed at once (replicas - 1; Lolcow: a new greeting) until \
+         all Ready again; delete: every object deleted until no child is left.\n\
+         - CPU: `utime + stime` of the operator over the whole run.\n"
+    );
+
+    let _ = writeln!(md, "## Targets\n");
+    let _ = writeln!(
+        md,
+        "| run | idle RSS <= {IDLE_TARGET_MIB} MiB | peak RSS <= {PEAK_TARGET_MIB} MiB (1,000 objects) | 0 extra pods | 0 quiet writes | writes/obj vs minimum |"
+    );
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
+    for r in runs {
+        let idle = mib(kib(&r["startup"]["idle_rss_kib"]));
+        let peak = mib(kib(&r["end"]["hwm_kib"]));
+        let n = r["objects"].as_u64().unwrap_or(0);
+        let peak_cell = if n >= 1000 {
+            format!("{} ({peak})", mark(peak <= PEAK_TARGET_MIB))
+        } else {
+            format!("n/a ({peak})")
+        };
+        let writes = f(&r["create"]["requests"]["writes_per_object"]);
+        let min = f(&r["minimum_writes_per_object"]);
+        let _ = writeln!(
+            md,
+            "| {}-{} | {} ({idle}) | {peak_cell} | {} | {} | {writes} vs {min} |",
+            r["operator"].as_str().unwrap_or("?"),
+            n,
+            mark(idle <= IDLE_TARGET_MIB),
+            mark(r["pods"]["extra"].as_u64() == Some(0)),
+            mark(r["steady"]["writes"].as_u64() == Some(0)),
+        );
+    }
+
+    let _ = writeln!(md, "\n## Requests by verb\n");
+    let _ = writeln!(
+        md,
+        "| run | startup | create phase | quiet window | change | delete |"
+    );
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
+    for r in runs {
+        let cell = |phase: &str| {
+            let by = &r[phase]["requests"]["by_verb"];
+            let parts: Vec<String> = by
+                .as_object()
+                .map(|m| m.iter().map(|(k, v)| format!("{k}: {v}")).collect())
+                .unwrap_or_default();
+            if parts.is_empty() {
+                "-".to_owned()
+            } else {
+                parts.join(", ")
+            }
+        };
+        let _ = writeln!(
+            md,
+            "| {}-{} | {} | {} | {} | {} | {} |",
+            r["operator"].as_str().unwrap_or("?"),
+            r["objects"],
+            cell("startup"),
+            cell("create"),
+            cell("steady"),
+            cell("change"),
+            cell("delete"),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nObjects Ready over time after the create: `ready-over-time.svg`.\n"
+    );
+    md
+}
+
+/// Escapes text for SVG.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A tick step giving at most about 8 ticks over `max`.
+fn tick_step(max: f64) -> f64 {
+    [
+        1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    ]
+    .into_iter()
+    .find(|s| max / s <= 8.0)
+    .unwrap_or(1200.0)
+}
+
+/// Percent of objects Ready against seconds since the create, one step line
+/// per run.
+fn svg(runs: &[Value]) -> String {
+    const W: f64 = 820.0;
+    const H: f64 = 440.0;
+    const LEFT: f64 = 60.0;
+    const RIGHT: f64 = 600.0;
+    const TOP: f64 = 40.0;
+    const BOTTOM: f64 = 380.0;
+    const COLORS: [&str; 8] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+    ];
+    let curves: Vec<(String, Vec<f64>)> = runs
+        .iter()
+        .map(|r| {
+            let label = format!(
+                "{} N={}",
+                r["operator"].as_str().unwrap_or("?"),
+                r["objects"]
+            );
+            let times = r["create"]["ready_curve_seconds"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default();
+            (label, times)
+        })
+        .collect();
+    let max_t = curves
+        .iter()
+        .filter_map(|(_, t)| t.last().copied())
+        .fold(1.0_f64, f64::max);
+    let step = tick_step(max_t);
+    let x_max = (max_t / step).ceil() * step;
+    let x = |t: f64| LEFT + t / x_max * (RIGHT - LEFT);
+    let y = |pct: f64| BOTTOM - pct / 100.0 * (BOTTOM - TOP);
+
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">Objects Ready after creating N at once</text>"#,
+        (LEFT + RIGHT) / 2.0
+    );
+    // Grid, ticks and labels.
+    for i in 0..=4 {
+        let pct = f64::from(i) * 25.0;
+        let yy = y(pct);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" y1="{yy}" x2="{RIGHT}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{pct}%</text>"##,
+            LEFT - 6.0,
+            yy + 4.0
+        );
+    }
+    let mut t = 0.0;
+    while t <= x_max + 1e-9 {
+        let xx = x(t);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx}" y1="{TOP}" x2="{xx}" y2="{BOTTOM}" stroke="#eee"/><text x="{xx}" y="{}" text-anchor="middle">{t}</text>"##,
+            BOTTOM + 16.0
+        );
+        t += step;
+    }
+    let _ = writeln!(
+        s,
+        r#"<line x1="{LEFT}" y1="{BOTTOM}" x2="{RIGHT}" y2="{BOTTOM}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{BOTTOM}" stroke="black"/>"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">seconds since the first create</text>"#,
+        (LEFT + RIGHT) / 2.0,
+        BOTTOM + 36.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">objects Ready (% of N)</text>"#,
+        (TOP + BOTTOM) / 2.0,
+        (TOP + BOTTOM) / 2.0
+    );
+    // One step line per run, and the legend.
+    for (i, (label, times)) in curves.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let n = times.len().max(1) as f64;
+        let mut points = vec![format!("{:.1},{:.1}", x(0.0), y(0.0))];
+        for (k, t) in times.iter().enumerate() {
+            points.push(format!("{:.1},{:.1}", x(*t), y(k as f64 / n * 100.0)));
+            points.push(format!("{:.1},{:.1}", x(*t), y((k + 1) as f64 / n * 100.0)));
+        }
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            points.join(" ")
+        );
+        let ly = TOP + 10.0 + i as f64 * 20.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+            RIGHT + 20.0,
+            RIGHT + 44.0,
+            RIGHT + 50.0,
+            ly + 4.0,
+            esc(label)
+        );
+    }
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ticks() {
+        assert_eq!(tick_step(5.0), 1.0);
+        assert_eq!(tick_step(30.0), 5.0);
+        assert_eq!(tick_step(200.0), 30.0);
+    }
+
+    #[test]
+    fn svg_has_one_line_per_run() {
+        let runs = vec![
+            json!({"operator": "podset", "objects": 2, "create": {"ready_curve_seconds": [1.0, 2.5]}}),
+            json!({"operator": "a<b", "objects": 1, "create": {"ready_curve_seconds": []}}),
+        ];
+        let s = svg(&runs);
+        assert_eq!(s.matches("<polyline").count(), 2);
+        assert!(s.contains("a&lt;b N=1"));
+        assert!(s.trim_end().ends_with("</svg>"));
+    }
+}
