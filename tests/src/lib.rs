@@ -6,8 +6,11 @@
 //! test`, or by hand to use any cluster); without it, the local cluster is
 //! started on demand with `cargo xtask cluster up`.
 
+pub mod kinds;
+pub mod manifests;
 pub mod operator;
 pub mod pulsar;
+pub mod rbac;
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::core::v1::Namespace;

@@ -319,6 +319,15 @@ async fn podset_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
         (json!({"replicas": "three"}), "spec.replicas"),
         (json!({}), "spec.replicas"),
         (json!({"replicas": 1, "image": ""}), "spec.image"),
+        (json!({"replicas": 2.5}), "spec.replicas"),
+        (json!({"replicas": [3]}), "spec.replicas"),
+        (
+            json!({"replicas": 1, "image": "i".repeat(513)}),
+            "spec.image",
+        ),
+        (json!({"replicas": 1, "image": 42}), "spec.image"),
+        (json!("three pods"), "spec"),
+        (Value::Null, "spec"),
     ];
     for (i, (spec, field)) in cases.into_iter().enumerate() {
         let obj: DynamicObject = serde_json::from_value(json!({

@@ -1,0 +1,73 @@
+//! What an identity may do, as `kubectl auth can-i` reports it.
+
+use crate::kubectl;
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeSet;
+
+/// The user name of an operator's ServiceAccount (`<operator>` in `<operator>-system`).
+pub fn operator_user(operator: &str) -> String {
+    format!("system:serviceaccount:{operator}-system:{operator}")
+}
+
+/// Every (`resource[.group][/subresource]`, verb) `user` may use in `namespace`, from
+/// `kubectl auth can-i --list` (resource rows only; rows limited to resource names are
+/// reported as `resource[name,...]`).
+pub fn permissions(user: &str, namespace: &str) -> Result<BTreeSet<(String, String)>> {
+    let out = kubectl()
+        .args(["auth", "can-i", "--list", "-n", namespace])
+        .arg(format!("--as={user}"))
+        .output()
+        .context("running kubectl auth can-i --list")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl auth can-i --list failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut result = BTreeSet::new();
+    for line in text.lines().skip(1) {
+        // Non-resource URL rows start with blanks (no resource).
+        if line.starts_with(char::is_whitespace) || line.trim().is_empty() {
+            continue;
+        }
+        let resource = line.split_whitespace().next().unwrap_or_default();
+        let groups: Vec<&str> = line
+            .split('[')
+            .skip(1)
+            .filter_map(|s| s.split_once(']').map(|(inside, _)| inside))
+            .collect();
+        let [.., names, verbs] = groups[..] else {
+            bail!("unexpected kubectl auth can-i --list row: {line:?}");
+        };
+        let key = if names.is_empty() {
+            resource.to_owned()
+        } else {
+            format!(
+                "{resource}[{}]",
+                names.split_whitespace().collect::<Vec<_>>().join(",")
+            )
+        };
+        for verb in verbs.split_whitespace() {
+            result.insert((key.clone(), verb.to_owned()));
+        }
+    }
+    Ok(result)
+}
+
+/// What `user` may do in `namespace` beyond what every ServiceAccount may (the
+/// `default` ServiceAccount of `baseline_namespace`, which nothing binds, is the baseline).
+pub fn permissions_beyond_baseline(
+    user: &str,
+    namespace: &str,
+    baseline_namespace: &str,
+) -> Result<BTreeSet<(String, String)>> {
+    let baseline = permissions(
+        &format!("system:serviceaccount:{baseline_namespace}:default"),
+        namespace,
+    )?;
+    Ok(permissions(user, namespace)?
+        .difference(&baseline)
+        .cloned()
+        .collect())
+}

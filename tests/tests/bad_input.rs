@@ -1,0 +1,507 @@
+//! Bad input, beyond the invalid creates of each kind's own test file: unknown fields under
+//! strict validation, more malformed values, invalid UPDATES of a stored object (which
+//! must leave it exactly as it was: same resourceVersion, same spec), and the valid edge
+//! cases (zero, the boundaries) accepted and converging.
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::kinds::{self, free_node_port};
+use e2e::operator::{OperatorProcess, install};
+use e2e::{TestNamespace, dynamic_api, wait_for};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use lolcow_operator::api::Lolcow;
+use memcached_operator::api::Memcached;
+use podset_operator::api::PodSet;
+use pulsar_consumer_operator::api::PulsarConsumer;
+use serde_json::{Value, json};
+
+struct Kind {
+    operator: &'static str,
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+}
+
+const PODSET: Kind = Kind {
+    operator: "podset-operator",
+    group: "batch.tutorial.kubebuilder.io",
+    version: "v1",
+    kind: "PodSet",
+    plural: "podsets",
+};
+const MEMCACHED: Kind = Kind {
+    operator: "memcached-operator",
+    group: "cache.example.com",
+    version: "v1alpha1",
+    kind: "Memcached",
+    plural: "memcacheds",
+};
+const LOLCOW: Kind = Kind {
+    operator: "lolcow-operator",
+    group: "my.domain",
+    version: "v1alpha1",
+    kind: "Lolcow",
+    plural: "lolcows",
+};
+const PULSAR_CONSUMER: Kind = Kind {
+    operator: "pulsar-consumer-operator",
+    group: "pulsar.pulsarconsumer.krvarma.com",
+    version: "v1",
+    kind: "PulsarConsumer",
+    plural: "pulsarconsumers",
+};
+
+impl Kind {
+    fn api(&self, ns: &TestNamespace) -> Api<DynamicObject> {
+        dynamic_api(ns, self.group, self.version, self.kind, self.plural)
+    }
+
+    fn manifest(&self, name: &str, spec: Value) -> Value {
+        json!({
+            "apiVersion": format!("{}/{}", self.group, self.version),
+            "kind": self.kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        })
+    }
+}
+
+/// Each create must be rejected with a message naming `field`; nothing gets stored.
+async fn creates_rejected(
+    ns: &TestNamespace,
+    kind: &Kind,
+    cases: Vec<(String, Value, &str)>,
+) -> Result<()> {
+    let api = kind.api(ns);
+    for (name, spec, field) in cases {
+        let obj: DynamicObject = serde_json::from_value(kind.manifest(&name, spec.clone()))?;
+        let Err(err) = api.create(&PostParams::default(), &obj).await else {
+            bail!("{} {name} {spec} must be rejected", kind.kind);
+        };
+        let message = err.to_string();
+        ensure!(
+            message.contains(field),
+            "the error for {name} {spec} must name {field}: {message}"
+        );
+    }
+    ensure!(api.list(&ListParams::default()).await?.items.is_empty());
+    Ok(())
+}
+
+/// An unknown field under strict validation (server-side apply asking for it, as
+/// `kubectl apply --validate=strict` does) is rejected naming the field.
+async fn unknown_field_rejected(ns: &TestNamespace, kind: &Kind, spec: Value) -> Result<()> {
+    let mut manifest = kind.manifest("unknown-field", spec);
+    manifest["spec"]["replicaCount"] = json!(3);
+    let message = kind
+        .api(ns)
+        .patch(
+            "unknown-field",
+            &PatchParams::apply("e2e").validation_strict(),
+            &Patch::Apply(&manifest),
+        )
+        .await
+        .err()
+        .with_context(|| format!("{} with spec.replicaCount must be rejected", kind.kind))?
+        .to_string();
+    ensure!(message.contains("spec.replicaCount"), "{message}");
+    Ok(())
+}
+
+/// Every patch of the stored object `name` must be rejected naming `field`, and leave the
+/// object as it was (same resourceVersion, same spec). No operator runs meanwhile, so
+/// nothing else writes it.
+async fn updates_rejected(
+    ns: &TestNamespace,
+    kind: &Kind,
+    name: &str,
+    patches: Vec<(Patch<Value>, PatchParams, &str)>,
+    scale_to_minus_one: bool,
+) -> Result<()> {
+    let api = kind.api(ns);
+    let before = api.get(name).await?;
+    let rv = before.metadata.resource_version.clone();
+    for (patch, params, field) in patches {
+        let described = format!("{patch:?}");
+        let Err(err) = api.patch(name, &params, &patch).await else {
+            bail!("{} update {described} must be rejected", kind.kind);
+        };
+        let message = err.to_string();
+        ensure!(
+            message.contains(field),
+            "the error for {described} must name {field}: {message}"
+        );
+        let now = api.get(name).await?;
+        ensure!(
+            now.metadata.resource_version == rv && now.data["spec"] == before.data["spec"],
+            "{described} changed the stored object: {:?} -> {:?}",
+            before.data["spec"],
+            now.data["spec"]
+        );
+    }
+    if scale_to_minus_one {
+        // Through the scale subresource (what `kubectl scale` and an HPA use).
+        let Err(err) = api
+            .patch_scale(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": -1}})),
+            )
+            .await
+        else {
+            bail!("scaling {} {name} to -1 must be rejected", kind.kind);
+        };
+        ensure!(err.to_string().contains("spec."), "{err}");
+        let now = api.get(name).await?;
+        ensure!(now.metadata.resource_version == rv, "scale -1 changed it");
+    }
+    Ok(())
+}
+
+fn merge(spec: Value) -> (Patch<Value>, PatchParams, &'static str) {
+    (
+        Patch::Merge(json!({ "spec": spec })),
+        PatchParams::default(),
+        "",
+    )
+}
+
+/// A merge patch of `spec` that must be rejected naming `field`.
+fn bad_merge(spec: Value, field: &'static str) -> (Patch<Value>, PatchParams, &'static str) {
+    let (p, pp, _) = merge(spec);
+    (p, pp, field)
+}
+
+/// A merge patch removing a required field (`null` deletes a key).
+fn remove(field: &'static str, path_in_spec: &str) -> (Patch<Value>, PatchParams, &'static str) {
+    bad_merge(json!({ path_in_spec: null }), field)
+}
+
+/// Valid at the boundary but too big to converge on a shared test machine: accepted by a
+/// server-side dry run.
+async fn accepted_by_dry_run(
+    ns: &TestNamespace,
+    kind: &Kind,
+    name: &str,
+    spec: Value,
+) -> Result<()> {
+    let obj: DynamicObject = serde_json::from_value(kind.manifest(name, spec.clone()))?;
+    kind.api(ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &obj,
+        )
+        .await
+        .with_context(|| format!("{} {spec} must be accepted", kind.kind))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn podset_bad_updates_leave_it_untouched_and_edges_converge() -> Result<()> {
+    let ns = TestNamespace::restricted("bad-podset").await?;
+    install(PODSET.operator)?;
+    unknown_field_rejected(&ns, &PODSET, json!({"replicas": 1})).await?;
+    creates_rejected(
+        &ns,
+        &PODSET,
+        vec![("Bad_Name".into(), json!({"replicas": 1}), "metadata.name")],
+    )
+    .await?;
+    let api = PODSET.api(&ns);
+    let obj: DynamicObject = serde_json::from_value(kinds::podset("stored", 2))?;
+    api.create(&PostParams::default(), &obj).await?;
+    updates_rejected(
+        &ns,
+        &PODSET,
+        "stored",
+        vec![
+            bad_merge(json!({"replicas": -1}), "spec.replicas"),
+            bad_merge(json!({"replicas": 1001}), "spec.replicas"),
+            bad_merge(json!({"replicas": "two"}), "spec.replicas"),
+            bad_merge(json!({"image": ""}), "spec.image"),
+            bad_merge(json!({"image": "i".repeat(513)}), "spec.image"),
+            remove("spec.replicas", "replicas"),
+        ],
+        true,
+    )
+    .await?;
+
+    // Edges: 0 replicas and the longest image name converge; the maximum is accepted.
+    let _op = OperatorProcess::start(PODSET.operator, &[&ns.name]).await?;
+    let typed: Api<PodSet> = ns.api();
+    let mut long = kinds::podset("long-image", 1);
+    long["spec"]["image"] = json!(format!("registry.example/{}", "i".repeat(512 - 17)));
+    for manifest in [kinds::podset("zero", 0), long] {
+        let obj: PodSet = serde_json::from_value(manifest)?;
+        typed.create(&PostParams::default(), &obj).await?;
+    }
+    for name in ["zero", "long-image"] {
+        wait_for(&typed, name, |o: Option<&PodSet>| {
+            o.is_some_and(kinds::podset_ready)
+        })
+        .await?;
+    }
+    accepted_by_dry_run(&ns, &PODSET, "max", json!({"replicas": 1000})).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn memcached_bad_input_is_rejected_and_edges_converge() -> Result<()> {
+    let ns = TestNamespace::restricted("bad-memcached").await?;
+    install(MEMCACHED.operator)?;
+    unknown_field_rejected(&ns, &MEMCACHED, json!({"size": 1})).await?;
+    creates_rejected(
+        &ns,
+        &MEMCACHED,
+        vec![
+            ("bad".into(), json!({"size": 2.5}), "spec.size"),
+            (
+                "bad".into(),
+                json!({"size": 1, "containerPort": 80.5}),
+                "spec.containerPort",
+            ),
+            ("bad".into(), json!("big"), "spec"),
+            // Cross-field (CEL over metadata): a valid object name that cannot name a Service.
+            ("m".repeat(64), json!({"size": 1}), "metadata.name"),
+        ],
+    )
+    .await?;
+    let api = MEMCACHED.api(&ns);
+    let obj: DynamicObject = serde_json::from_value(kinds::memcached("stored", 1))?;
+    api.create(&PostParams::default(), &obj).await?;
+    updates_rejected(
+        &ns,
+        &MEMCACHED,
+        "stored",
+        vec![
+            bad_merge(json!({"size": -1}), "spec.size"),
+            bad_merge(json!({"size": 101}), "spec.size"),
+            bad_merge(json!({"size": "one"}), "spec.size"),
+            bad_merge(json!({"containerPort": 0}), "spec.containerPort"),
+            bad_merge(json!({"containerPort": 70000}), "spec.containerPort"),
+            remove("spec.size", "size"),
+        ],
+        true,
+    )
+    .await?;
+
+    // Edges: size 0, and the lowest and highest ports, converge; size 100 is accepted.
+    let op = OperatorProcess::start(MEMCACHED.operator, &[&ns.name]).await?;
+    let typed: Api<Memcached> = ns.api();
+    let edges = [
+        kinds::memcached("zero", 0),
+        json!({"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+               "metadata": {"name": "port-low"}, "spec": {"size": 1, "containerPort": 1}}),
+        json!({"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+               "metadata": {"name": "port-high"}, "spec": {"size": 1, "containerPort": 65535}}),
+    ];
+    for manifest in edges {
+        let obj: Memcached = serde_json::from_value(manifest)?;
+        typed.create(&PostParams::default(), &obj).await?;
+    }
+    for name in ["zero", "port-low", "port-high"] {
+        wait_for(&typed, name, |o: Option<&Memcached>| {
+            o.is_some_and(kinds::memcached_ready)
+        })
+        .await
+        .with_context(|| format!("operator log:\n{}", op.log()))?;
+    }
+    accepted_by_dry_run(&ns, &MEMCACHED, "max", json!({"size": 100})).await?;
+    // The finalizer needs the operator: delete them while it runs.
+    for name in ["stored", "zero", "port-low", "port-high"] {
+        e2e::delete_and_wait(&typed, name).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn lolcow_bad_input_is_rejected_and_edges_converge() -> Result<()> {
+    let ns = TestNamespace::restricted("bad-lolcow").await?;
+    install(LOLCOW.operator)?;
+    unknown_field_rejected(&ns, &LOLCOW, json!({"port": 30080})).await?;
+    creates_rejected(
+        &ns,
+        &LOLCOW,
+        vec![
+            ("bad".into(), json!({"port": -1}), "spec.port"),
+            ("bad".into(), json!("moo"), "spec"),
+            (
+                "bad".into(),
+                json!({"port": 30080, "greeting": ["moo"]}),
+                "spec.greeting",
+            ),
+            ("Bad_Name".into(), json!({"port": 30080}), "metadata.name"),
+        ],
+    )
+    .await?;
+    let api = LOLCOW.api(&ns);
+    let obj: DynamicObject = serde_json::from_value(kinds::lolcow("stored", 30080, "moo"))?;
+    api.create(&PostParams::default(), &obj).await?;
+    updates_rejected(
+        &ns,
+        &LOLCOW,
+        "stored",
+        vec![
+            bad_merge(json!({"port": 29999}), "spec.port"),
+            bad_merge(json!({"port": 32768}), "spec.port"),
+            bad_merge(json!({"port": "30081"}), "spec.port"),
+            bad_merge(json!({"greeting": "m".repeat(257)}), "spec.greeting"),
+            remove("spec.port", "port"),
+        ],
+        false,
+    )
+    .await?;
+    // No operator ran: the stored one may go now (it holds no NodePort).
+    e2e::delete_and_wait(&api, "stored").await?;
+
+    // Edges: the lowest and highest NodePorts, and the longest greeting. A boundary port
+    // another Service holds is reported as PortConflict, which is the operator working.
+    let op = OperatorProcess::start(LOLCOW.operator, &[&ns.name]).await?;
+    let typed: Api<Lolcow> = ns.api();
+    let held: Vec<i32> = Api::<Service>::all(ns.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
+        .flatten()
+        .filter_map(|p| p.node_port)
+        .collect();
+    let long_port = free_node_port(&ns, "long", &[30000, 32767]).await?;
+    for (name, port, greeting) in [
+        ("low", 30000, "moo".to_owned()),
+        ("high", 32767, "moo".to_owned()),
+        ("long", long_port, "m".repeat(256)),
+    ] {
+        let obj: Lolcow = serde_json::from_value(kinds::lolcow(name, port, &greeting))?;
+        typed.create(&PostParams::default(), &obj).await?;
+    }
+    for (name, port) in [("low", 30000), ("high", 32767), ("long", long_port)] {
+        if held.contains(&port) {
+            wait_for(&typed, name, |o: Option<&Lolcow>| {
+                o.and_then(|o| o.status.as_ref()).is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.reason == "PortConflict")
+                })
+            })
+            .await?;
+        } else {
+            wait_for(&typed, name, |o: Option<&Lolcow>| {
+                o.is_some_and(kinds::lolcow_ready)
+            })
+            .await
+            .with_context(|| format!("operator log:\n{}", op.log()))?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn pulsar_consumer_bad_input_is_rejected_and_edges_converge() -> Result<()> {
+    let ns = TestNamespace::restricted("bad-pulsar").await?;
+    install(PULSAR_CONSUMER.operator)?;
+    let good = kinds::pulsar_consumer("x", 1)["spec"].clone();
+    let with = |field: &str, value: Value| {
+        let mut s = good.clone();
+        s[field] = value;
+        s
+    };
+    creates_rejected(
+        &ns,
+        &PULSAR_CONSUMER,
+        vec![
+            (
+                "bad".into(),
+                with("serverAddress", json!("pulsar://host:0")),
+                "spec.serverAddress",
+            ),
+            (
+                "bad".into(),
+                with("serverAddress", json!("pulsar://-host:6650")),
+                "spec.serverAddress",
+            ),
+            (
+                "bad".into(),
+                with("serverAddress", json!(6650)),
+                "spec.serverAddress",
+            ),
+            ("bad".into(), with("topic", json!("my topic")), "spec.topic"),
+            (
+                "bad".into(),
+                with("topic", json!("persistent://t/n/")),
+                "spec.topic",
+            ),
+            (
+                "bad".into(),
+                with("subscriptionName", json!("a b")),
+                "spec.subscriptionName",
+            ),
+            (
+                "bad".into(),
+                with("subscriptionName", json!("a/b")),
+                "spec.subscriptionName",
+            ),
+            ("bad".into(), with("replicas", json!(1.5)), "spec.replicas"),
+        ],
+    )
+    .await?;
+    let api = PULSAR_CONSUMER.api(&ns);
+    let obj: DynamicObject = serde_json::from_value(kinds::pulsar_consumer("stored", 1))?;
+    api.create(&PostParams::default(), &obj).await?;
+    updates_rejected(
+        &ns,
+        &PULSAR_CONSUMER,
+        "stored",
+        vec![
+            bad_merge(json!({"replicas": -1}), "spec.replicas"),
+            bad_merge(json!({"replicas": 1001}), "spec.replicas"),
+            bad_merge(
+                json!({"serverAddress": "http://broker:6650"}),
+                "spec.serverAddress",
+            ),
+            bad_merge(json!({"topic": "t".repeat(513)}), "spec.topic"),
+            bad_merge(json!({"subscriptionName": ""}), "spec.subscriptionName"),
+            remove("spec.topic", "topic"),
+            (
+                Patch::Apply(json!({
+                    "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+                    "kind": "PulsarConsumer",
+                    "metadata": {"name": "stored"},
+                    "spec": {"replicaCount": 2},
+                })),
+                PatchParams::apply("e2e").validation_strict(),
+                "spec.replicaCount",
+            ),
+        ],
+        true,
+    )
+    .await?;
+
+    // Edges: 0 replicas, the longest topic and subscription, an IPv6 broker, converge; the
+    // maximum of replicas is accepted.
+    let op = OperatorProcess::start(PULSAR_CONSUMER.operator, &[&ns.name]).await?;
+    let typed: Api<PulsarConsumer> = ns.api();
+    let mut long = kinds::pulsar_consumer("long", 1);
+    long["spec"]["topic"] = json!(format!("persistent://tenant/ns/{}", "t".repeat(512 - 23)));
+    long["spec"]["subscriptionName"] = json!("s".repeat(256));
+    long["spec"]["serverAddress"] = json!("pulsar+ssl://[::1]:65535");
+    for manifest in [kinds::pulsar_consumer("zero", 0), long] {
+        let obj: PulsarConsumer = serde_json::from_value(manifest)?;
+        typed.create(&PostParams::default(), &obj).await?;
+    }
+    for name in ["zero", "long"] {
+        wait_for(&typed, name, |o: Option<&PulsarConsumer>| {
+            o.is_some_and(kinds::pulsar_consumer_ready)
+        })
+        .await
+        .with_context(|| format!("operator log:\n{}", op.log()))?;
+    }
+    accepted_by_dry_run(&ns, &PULSAR_CONSUMER, "max", with("replicas", json!(1000))).await?;
+    Ok(())
+}

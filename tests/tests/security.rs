@@ -1,0 +1,488 @@
+//! Least privilege and the restricted Pod Security Standard, checked against the real API
+//! server: every operator's ServiceAccount may do exactly what its code needs and nothing
+//! more; every Deployment in `deploy/` and every pod an operator creates passes the
+//! `restricted` standard, with the hardening the contract asks for.
+
+use anyhow::{Context, Result, ensure};
+use e2e::kinds::{self, OPERATORS, free_node_port};
+use e2e::manifests::{granted, kubectl_capture, kustomize, manifest_file, of_kind, write_json};
+use e2e::operator::{OperatorProcess, install};
+use e2e::rbac::{operator_user, permissions_beyond_baseline};
+use e2e::{TestNamespace, can_i, repo_root, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
+use kube::api::{ListParams, PostParams};
+use lolcow_operator::api::Lolcow;
+use memcached_operator::api::Memcached;
+use podset_operator::api::PodSet;
+use pulsar_consumer_operator::api::PulsarConsumer;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+/// What each operator's code calls, as (`resource[.group][/subresource]`, verbs): the
+/// ClusterRole must grant exactly this, and the ServiceAccount must be able to do exactly
+/// this in a namespace it watches (beyond what every ServiceAccount may).
+fn needed(operator: &str) -> BTreeSet<(String, String)> {
+    let rules: &[(&str, &[&str])] = match operator {
+        "podset-operator" => &[
+            ("podsets.batch.tutorial.kubebuilder.io", &["list", "watch"]),
+            ("podsets.batch.tutorial.kubebuilder.io/status", &["patch"]),
+            (
+                "podsets.batch.tutorial.kubebuilder.io/finalizers",
+                &["update"],
+            ),
+            ("pods", &["list", "watch", "create", "delete", "patch"]),
+            ("events.events.k8s.io", &["create", "patch"]),
+        ],
+        "memcached-operator" => &[
+            (
+                "memcacheds.cache.example.com",
+                &["get", "list", "watch", "patch"],
+            ),
+            ("memcacheds.cache.example.com/status", &["patch"]),
+            ("memcacheds.cache.example.com/finalizers", &["update"]),
+            (
+                "deployments.apps",
+                &["get", "list", "watch", "create", "patch"],
+            ),
+            ("services", &["get", "list", "watch", "create", "patch"]),
+            ("pods", &["list", "watch"]),
+            ("events.events.k8s.io", &["create", "patch"]),
+        ],
+        "lolcow-operator" => &[
+            ("lolcows.my.domain", &["list", "watch"]),
+            ("lolcows.my.domain/status", &["patch"]),
+            ("lolcows.my.domain/finalizers", &["update"]),
+            ("deployments.apps", &["list", "watch", "create", "patch"]),
+            ("services", &["list", "watch", "create", "patch"]),
+            ("events.events.k8s.io", &["create", "patch"]),
+        ],
+        "pulsar-consumer-operator" => &[
+            (
+                "pulsarconsumers.pulsar.pulsarconsumer.krvarma.com",
+                &["list", "watch"],
+            ),
+            (
+                "pulsarconsumers.pulsar.pulsarconsumer.krvarma.com/status",
+                &["patch"],
+            ),
+            (
+                "pulsarconsumers.pulsar.pulsarconsumer.krvarma.com/finalizers",
+                &["update"],
+            ),
+            ("deployments.apps", &["list", "watch", "create", "patch"]),
+            ("events.events.k8s.io", &["create", "patch"]),
+        ],
+        _ => &[],
+    };
+    expand(rules)
+}
+
+/// The leader-election Role in `<operator>-system`: the Lease, the for-life ConfigMap lock
+/// and the pod that owns it, and events.
+fn needed_for_leader_election() -> BTreeSet<(String, String)> {
+    expand(&[
+        ("leases.coordination.k8s.io", &["get", "create", "update"]),
+        ("configmaps", &["get", "create", "delete"]),
+        ("pods", &["get"]),
+        ("events.events.k8s.io", &["create", "patch"]),
+    ])
+}
+
+fn expand(rules: &[(&str, &[&str])]) -> BTreeSet<(String, String)> {
+    rules
+        .iter()
+        .flat_map(|(resource, verbs)| {
+            verbs
+                .iter()
+                .map(|v| ((*resource).to_owned(), (*v).to_owned()))
+        })
+        .collect()
+}
+
+/// The resource name `kubectl auth can-i` takes for a `resource.group/sub` key.
+fn can_i_args<'a>(verb: &'a str, key: &'a str) -> Vec<&'a str> {
+    match key.split_once('/') {
+        Some((resource, sub)) => vec![verb, resource, "--subresource", sub],
+        None => vec![verb, key],
+    }
+}
+
+fn own_plural(operator: &str) -> &'static str {
+    match operator {
+        "podset-operator" => "podsets.batch.tutorial.kubebuilder.io",
+        "memcached-operator" => "memcacheds.cache.example.com",
+        "lolcow-operator" => "lolcows.my.domain",
+        _ => "pulsarconsumers.pulsar.pulsarconsumer.krvarma.com",
+    }
+}
+
+async fn rbac_matrix(operator: &str) -> Result<()> {
+    install(operator)?;
+    let ns = TestNamespace::new(&format!("rbac-{}", &operator[..6])).await?;
+    let tree = repo_root().join("deploy").join(operator);
+    let sa = operator_user(operator);
+    let system = format!("{operator}-system");
+
+    // The manifests grant exactly what the code needs.
+    let cluster_role = manifest_file(&tree.join("cluster-rbac/cluster-role.yaml"))?
+        .into_iter()
+        .find(|o| o["kind"] == "ClusterRole")
+        .context("no ClusterRole")?;
+    assert_eq!(
+        granted(&cluster_role),
+        needed(operator),
+        "{operator} ClusterRole"
+    );
+    let leader = manifest_file(&tree.join("base/leader-election-rbac.yaml"))?
+        .into_iter()
+        .find(|o| o["kind"] == "Role")
+        .context("no leader-election Role")?;
+    assert_eq!(
+        granted(&leader),
+        needed_for_leader_election(),
+        "{operator} leader-election Role"
+    );
+
+    // The API server agrees: in a watched namespace exactly the ClusterRole, in its own
+    // namespace the ClusterRole plus the leader-election Role, and nothing else.
+    assert_eq!(
+        permissions_beyond_baseline(&sa, &ns.name, &ns.name)?,
+        needed(operator),
+        "what {sa} may do in a watched namespace"
+    );
+    let mut in_system = needed(operator);
+    in_system.extend(needed_for_leader_election());
+    assert_eq!(
+        permissions_beyond_baseline(&sa, &system, &ns.name)?,
+        in_system,
+        "what {sa} may do in {system}"
+    );
+
+    // Each needed verb, one by one, here and (for reads) across namespaces.
+    for (key, verb) in needed(operator) {
+        let mut args = can_i_args(&verb, &key);
+        args.extend(["-n", ns.name.as_str()]);
+        ensure!(can_i(&sa, &args)?, "{operator} may not {args:?}");
+        if matches!(verb.as_str(), "list" | "watch") {
+            let mut args = can_i_args(&verb, &key);
+            args.push("--all-namespaces");
+            ensure!(can_i(&sa, &args)?, "{operator} may not {args:?}");
+        }
+    }
+
+    // And nothing more.
+    let own = own_plural(operator);
+    let namespaced_denied: Vec<Vec<&str>> = vec![
+        vec!["get", "secrets"],
+        vec!["list", "secrets"],
+        vec!["watch", "secrets"],
+        vec!["create", own],
+        vec!["update", own],
+        vec!["delete", own],
+        vec!["deletecollection", own],
+        vec!["deletecollection", "pods"],
+        vec!["update", "pods"],
+        vec!["create", "pods", "--subresource", "exec"],
+        vec!["create", "serviceaccounts", "--subresource", "token"],
+        vec!["create", "roles"],
+        vec!["create", "rolebindings"],
+        vec!["escalate", "roles"],
+        vec!["bind", "roles"],
+        vec!["delete", "leases.coordination.k8s.io"],
+        vec!["*", "*"],
+    ];
+    for denied in &namespaced_denied {
+        for namespace in [ns.name.as_str(), system.as_str()] {
+            let mut args = denied.clone();
+            args.extend(["-n", namespace]);
+            ensure!(!can_i(&sa, &args)?, "{operator} may {args:?}");
+        }
+    }
+    let cluster_denied: &[&[&str]] = &[
+        &["list", "secrets", "--all-namespaces"],
+        &["create", "namespaces"],
+        &["delete", "namespaces"],
+        &["update", "namespaces"],
+        &["create", "nodes"],
+        &["delete", "nodes"],
+        &["patch", "nodes"],
+        &["create", "clusterroles"],
+        &["update", "clusterroles"],
+        &["delete", "clusterroles"],
+        &["escalate", "clusterroles"],
+        &["bind", "clusterroles"],
+        &["create", "clusterrolebindings"],
+        &["delete", "clusterrolebindings"],
+        &["create", "validatingwebhookconfigurations"],
+        &["create", "mutatingwebhookconfigurations"],
+        &["create", "customresourcedefinitions"],
+        &["update", "customresourcedefinitions"],
+        &["delete", "customresourcedefinitions"],
+        &["create", "persistentvolumes"],
+        &["impersonate", "users"],
+        &["impersonate", "groups"],
+        &["impersonate", "serviceaccounts"],
+        &["create", "certificatesigningrequests"],
+    ];
+    for denied in cluster_denied {
+        ensure!(!can_i(&sa, denied)?, "{operator} may {denied:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn rbac_podset_operator_may_do_exactly_what_it_needs() -> Result<()> {
+    rbac_matrix("podset-operator").await
+}
+
+#[tokio::test]
+async fn rbac_memcached_operator_may_do_exactly_what_it_needs() -> Result<()> {
+    rbac_matrix("memcached-operator").await
+}
+
+#[tokio::test]
+async fn rbac_lolcow_operator_may_do_exactly_what_it_needs() -> Result<()> {
+    rbac_matrix("lolcow-operator").await
+}
+
+#[tokio::test]
+async fn rbac_pulsar_consumer_operator_may_do_exactly_what_it_needs() -> Result<()> {
+    rbac_matrix("pulsar-consumer-operator").await
+}
+
+/// The operator Deployment's hardening beyond admission: read-only root filesystem,
+/// non-root, requests and limits, probes.
+fn assert_operator_deployment_hardened(operator: &str, d: &Value) -> Result<()> {
+    let d: Deployment = serde_json::from_value(d.clone())?;
+    let pod = d
+        .spec
+        .and_then(|s| s.template.spec)
+        .context("no pod template")?;
+    let psc = pod.security_context.clone().unwrap_or_default();
+    ensure!(
+        psc.run_as_non_root == Some(true),
+        "{operator}: runAsNonRoot"
+    );
+    ensure!(
+        psc.seccomp_profile.map(|s| s.type_).as_deref() == Some("RuntimeDefault"),
+        "{operator}: seccompProfile RuntimeDefault"
+    );
+    for c in &pod.containers {
+        let sc = c.security_context.clone().unwrap_or_default();
+        ensure!(
+            sc.read_only_root_filesystem == Some(true),
+            "{operator}: readOnlyRootFilesystem"
+        );
+        ensure!(
+            sc.allow_privilege_escalation == Some(false),
+            "{operator}: allowPrivilegeEscalation"
+        );
+        ensure!(
+            sc.capabilities.and_then(|c| c.drop) == Some(vec!["ALL".to_owned()]),
+            "{operator}: capabilities drop ALL"
+        );
+        let resources = c.resources.clone().unwrap_or_default();
+        for (what, list) in [
+            ("requests", resources.requests),
+            ("limits", resources.limits),
+        ] {
+            let list = list.unwrap_or_default();
+            ensure!(
+                list.contains_key("cpu") && list.contains_key("memory"),
+                "{operator}: {what} of cpu and memory: {list:?}"
+            );
+        }
+        ensure!(
+            c.liveness_probe.is_some() && c.readiness_probe.is_some(),
+            "{operator}: liveness and readiness probes"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_deployment_in_deploy_passes_the_restricted_standard() -> Result<()> {
+    let ns = TestNamespace::restricted("pss-deploy").await?;
+    let mut checked = 0;
+    for operator in OPERATORS {
+        // The pods name their ServiceAccount, which admission looks up.
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": operator}}))?;
+        ns.api::<ServiceAccount>()
+            .create(&PostParams::default(), &sa)
+            .await?;
+        let tree = repo_root().join("deploy").join(operator);
+        for dir in [tree.clone(), tree.join("namespaced")] {
+            let objects = kustomize(&dir)?;
+            for deployment in of_kind(&objects, "Deployment") {
+                assert_operator_deployment_hardened(operator, deployment)?;
+                // The Deployment, into a namespace that enforces and warns `restricted`:
+                // Pod Security checks its template (warnings), and a Pod made of the
+                // template is admitted (enforcement).
+                let mut d = deployment.clone();
+                d["metadata"]["namespace"] = json!(ns.name);
+                let template = d["spec"]["template"].clone();
+                let pod = json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": format!("{operator}-template"), "namespace": ns.name,
+                                 "labels": template["metadata"]["labels"]},
+                    "spec": template["spec"],
+                });
+                for object in [d, pod] {
+                    let file = write_json(&format!("{}-{operator}", ns.name), &object)?;
+                    kubectl_capture([
+                        "apply".as_ref(),
+                        "--dry-run=server".as_ref(),
+                        "-f".as_ref(),
+                        file.as_os_str(),
+                    ])?
+                    .clean(&format!(
+                        "a server-side dry run of the {} of {}",
+                        object["kind"],
+                        dir.display()
+                    ))?;
+                    let _ = std::fs::remove_file(file);
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(
+        checked, 8,
+        "one Deployment per tree and per namespaced overlay"
+    );
+    Ok(())
+}
+
+/// The restricted standard and the contract's hardening, on a pod spec an operator wrote.
+fn assert_workload_pod_restricted(what: &str, pod: &PodSpec) -> Result<()> {
+    ensure!(
+        pod.automount_service_account_token == Some(false),
+        "{what}: automountServiceAccountToken false"
+    );
+    ensure!(
+        pod.host_network != Some(true) && pod.host_pid != Some(true) && pod.host_ipc != Some(true),
+        "{what}: no host namespaces"
+    );
+    let psc = pod.security_context.clone().unwrap_or_default();
+    let containers: Vec<&Container> = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .collect();
+    ensure!(!containers.is_empty(), "{what}: no containers");
+    for c in containers {
+        let sc = c.security_context.clone().unwrap_or_default();
+        ensure!(
+            sc.run_as_non_root.or(psc.run_as_non_root) == Some(true),
+            "{what}/{}: runAsNonRoot",
+            c.name
+        );
+        ensure!(
+            sc.run_as_user.or(psc.run_as_user) != Some(0),
+            "{what}/{}: runAsUser 0",
+            c.name
+        );
+        ensure!(
+            sc.allow_privilege_escalation == Some(false),
+            "{what}/{}: allowPrivilegeEscalation false",
+            c.name
+        );
+        ensure!(sc.privileged != Some(true), "{what}/{}: privileged", c.name);
+        let caps = sc.capabilities.clone().unwrap_or_default();
+        ensure!(
+            caps.drop == Some(vec!["ALL".to_owned()]) && caps.add.unwrap_or_default().is_empty(),
+            "{what}/{}: capabilities drop ALL, add none",
+            c.name
+        );
+        ensure!(
+            sc.seccomp_profile
+                .or(psc.seccomp_profile.clone())
+                .map(|s| s.type_)
+                .as_deref()
+                == Some("RuntimeDefault"),
+            "{what}/{}: seccompProfile RuntimeDefault",
+            c.name
+        );
+        ensure!(
+            sc.read_only_root_filesystem == Some(true),
+            "{what}/{}: readOnlyRootFilesystem true",
+            c.name
+        );
+    }
+    Ok(())
+}
+
+async fn create<K>(ns: &TestNamespace, manifest: Value) -> Result<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    let obj: K = serde_json::from_value(manifest)?;
+    Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
+}
+
+#[tokio::test]
+async fn every_pod_an_operator_creates_is_restricted() -> Result<()> {
+    // The namespace enforces `restricted`: that the pods exist proves admission; the
+    // assertions below check the hardening on top of it.
+    let ns = TestNamespace::restricted("pss-pods").await?;
+    let mut ops = Vec::new();
+    for operator in OPERATORS {
+        ops.push(OperatorProcess::start(operator, &[&ns.name]).await?);
+    }
+    create::<PodSet>(&ns, kinds::podset("ps", 2)).await?;
+    create::<Memcached>(&ns, kinds::memcached("mc", 1)).await?;
+    let port = free_node_port(&ns, "lc", &[]).await?;
+    create::<Lolcow>(&ns, kinds::lolcow("lc", port, "secure moo")).await?;
+    create::<PulsarConsumer>(&ns, kinds::pulsar_consumer("pc", 1)).await?;
+    wait_for(&ns.api::<PodSet>(), "ps", |o: Option<&PodSet>| {
+        o.is_some_and(kinds::podset_ready)
+    })
+    .await?;
+    wait_for(&ns.api::<Memcached>(), "mc", |o: Option<&Memcached>| {
+        o.is_some_and(kinds::memcached_ready)
+    })
+    .await?;
+    kinds::wait_lolcow_ready(&ns, "lc").await?;
+    wait_for(
+        &ns.api::<PulsarConsumer>(),
+        "pc",
+        |o: Option<&PulsarConsumer>| o.is_some_and(kinds::pulsar_consumer_ready),
+    )
+    .await?;
+
+    // The Deployments' pod templates (Memcached, Lolcow, PulsarConsumer).
+    let deployments = ns.api::<Deployment>().list(&ListParams::default()).await?;
+    ensure!(deployments.items.len() == 3, "{:?}", deployments.items);
+    for d in &deployments.items {
+        let name = d.metadata.name.clone().unwrap_or_default();
+        let pod = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .context("no template")?;
+        assert_workload_pod_restricted(&format!("Deployment {name}"), &pod)?;
+    }
+    // Every pod in the namespace: the PodSet's own and those of the Deployments.
+    let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
+    ensure!(
+        pods.items.len() >= 5, // 2 of the PodSet, 1 each of the three Deployments
+        "{} pods",
+        pods.items.len()
+    );
+    for p in &pods.items {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let spec = p.spec.clone().context("no pod spec")?;
+        assert_workload_pod_restricted(&format!("Pod {name}"), &spec)?;
+    }
+    // The Memcached finalizer needs its operator: delete it while it runs.
+    e2e::delete_and_wait(&ns.api::<Memcached>(), "mc").await?;
+    drop(ops);
+    Ok(())
+}
