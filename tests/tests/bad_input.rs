@@ -209,7 +209,11 @@ async fn podset_bad_updates_leave_it_untouched_and_edges_converge() -> Result<()
     creates_rejected(
         &ns,
         &PODSET,
-        vec![("Bad_Name".into(), json!({"replicas": 1}), "metadata.name")],
+        vec![
+            ("Bad_Name".into(), json!({"replicas": 1}), "metadata.name"),
+            // The pods carry the name as a label value: at most 63 characters.
+            ("p".repeat(64), json!({"replicas": 1}), "metadata.name"),
+        ],
     )
     .await?;
     let api = PODSET.api(&ns);
@@ -328,6 +332,9 @@ async fn lolcow_bad_input_is_rejected_and_edges_converge() -> Result<()> {
         &ns,
         &LOLCOW,
         vec![
+            // The Service is named after it: a DNS-1035 label.
+            ("9lives".into(), json!({"port": 30080}), "metadata.name"),
+            ("l".repeat(64), json!({"port": 30080}), "metadata.name"),
             ("bad".into(), json!({"port": -1}), "spec.port"),
             ("bad".into(), json!("moo"), "spec"),
             (

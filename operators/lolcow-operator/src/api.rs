@@ -5,7 +5,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ pub const MAX_GREETING_LENGTH: usize = 256;
 pub const DEFAULT_IMAGE: &str = "lolcow-web:latest";
 
 /// A Lolcow serves a web page of a cow saying a greeting, on a NodePort of every node.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
     group = "my.domain",
     version = "v1alpha1",
@@ -29,6 +29,8 @@ pub const DEFAULT_IMAGE: &str = "lolcow-web:latest";
     shortname = "lc",
     category = "rust-operators",
     status = "LolcowStatus",
+    validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must be a DNS-1035 label (at most 63 lowercase letters, digits and '-', starting with a letter): the Service is named after it"),
     derive = "PartialEq",
     doc = "A Lolcow runs the lolcow web app (a cow saying `spec.greeting`) and exposes it on NodePort `spec.port` of every node.",
     printcolumn(

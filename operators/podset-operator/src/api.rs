@@ -5,7 +5,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +16,7 @@ pub const MAX_REPLICAS: i32 = 1000;
 pub const DEFAULT_IMAGE: &str = "busybox";
 
 /// A PodSet keeps a number of identical pods running; it can be scaled with `kubectl scale`.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
     group = "batch.tutorial.kubebuilder.io",
     version = "v1",
@@ -26,6 +26,8 @@ pub const DEFAULT_IMAGE: &str = "busybox";
     shortname = "ps",
     category = "rust-operators",
     status = "PodSetStatus",
+    validation = Rule::new("self.metadata.name.size() <= 63")
+        .message("metadata.name must be at most 63 characters: the pods carry it as their `app` label"),
     derive = "PartialEq",
     doc = "A PodSet keeps `spec.replicas` pods running, each one container sleeping.",
     scale(
