@@ -190,6 +190,29 @@ impl Scope {
             + Sync
             + 'static,
     {
+        self.reflect_trimmed(wc, |_| {})
+    }
+
+    /// Like [`Scope::reflect`], and `trim` runs on every object before it is cached (and
+    /// handed on): it drops what the operator never reads, which keeps the cache small when
+    /// it holds thousands of objects (a Pod's spec, for instance, is a few KiB).
+    pub fn reflect_trimmed<K>(
+        &self,
+        wc: watcher::Config,
+        trim: fn(&mut K),
+    ) -> (
+        Store<K>,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    )
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
         let (reader, writer) = reflector::store::<K>();
         // Synced = the watcher's first full list is in the store. It is read off the event
         // stream rather than from `Store::wait_until_ready`: that future supports one waiter
@@ -199,8 +222,9 @@ impl Scope {
             writer,
             watcher(self.api::<K>(), wc)
                 .default_backoff()
-                .modify(|obj: &mut K| {
+                .modify(move |obj: &mut K| {
                     obj.managed_fields_mut().clear();
+                    trim(obj);
                 }),
         )
         // After the reflector: by then the store holds the whole first list.
