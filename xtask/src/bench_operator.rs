@@ -885,8 +885,9 @@ async fn bench_in(
     let idle = process.sample()?;
     let log_idle = process.log_len();
     println!(
-        "    idle: RSS {} MiB (peak {} MiB), {} threads, ready after {ready_seconds}s",
+        "    idle: RSS {} MiB (anonymous {} MiB, peak {} MiB), {} threads, ready after {ready_seconds}s",
         procfs::mib(idle.rss_kib),
+        procfs::mib(idle.anon_kib),
         procfs::mib(idle.hwm_kib),
         idle.threads
     );
@@ -1130,6 +1131,7 @@ async fn bench_in(
             "ready_seconds": ready_seconds,
             "idle_rss_kib": idle.rss_kib,
             "idle_hwm_kib": idle.hwm_kib,
+            "idle_anon_kib": idle.anon_kib,
             "threads": idle.threads,
             "cpu_seconds": round3(idle.cpu_seconds),
             "requests": startup_req,
@@ -1143,6 +1145,7 @@ async fn bench_in(
             "ready_curve_seconds": ready_curve,
             "hwm_kib": loaded.hwm_kib,
             "rss_kib": loaded.rss_kib,
+            "anon_kib": loaded.anon_kib,
             "threads": loaded.threads,
             "cpu_seconds": round3(loaded.cpu_seconds - idle.cpu_seconds),
             "writes": create_writes,
@@ -1162,6 +1165,7 @@ async fn bench_in(
             "object_changes_seen": after.0.saturating_sub(before.0),
             "pod_changes_seen": after.1.saturating_sub(before.1),
             "rss_kib": steady.rss_kib,
+            "anon_kib": steady.anon_kib,
             "cpu_seconds": round3(steady.cpu_seconds - loaded.cpu_seconds),
         },
         "change": {

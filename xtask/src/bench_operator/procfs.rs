@@ -13,6 +13,9 @@ pub struct Sample {
     pub rss_kib: u64,
     /// `VmHWM`: the peak of `VmRSS` since the process started, KiB.
     pub hwm_kib: u64,
+    /// `RssAnon`: the anonymous part of `VmRSS` (heap, stacks), KiB; the rest
+    /// is mostly the executable's own pages (`RssFile`).
+    pub anon_kib: u64,
     /// Threads of the process (tokio workers, blocking pool, ...).
     pub threads: u64,
     /// User plus system CPU time, seconds.
@@ -33,6 +36,7 @@ pub fn sample(pid: u32) -> Option<Sample> {
     Some(Sample {
         rss_kib: field("VmRSS:"),
         hwm_kib: field("VmHWM:"),
+        anon_kib: field("RssAnon:"),
         threads: field("Threads:"),
         cpu_seconds: cpu_ticks(&stat)? as f64 / clock_ticks_per_second(),
     })

@@ -112,7 +112,7 @@ fn markdown(runs: &[Value]) -> String {
     }
     let _ = writeln!(
         md,
-        "| operator | N | pods | idle RSS MiB | peak RSS MiB | RSS after quiet MiB | threads | \
+        "| operator | N | pods | idle RSS MiB (anon) | peak RSS MiB | RSS after quiet MiB (anon) | threads | \
          all Ready s | p50 s | p99 s | requests/obj | writes/obj (min) | extra pods | \
          quiet writes (s) | change s | delete s | CPU s |"
     );
@@ -124,13 +124,15 @@ fn markdown(runs: &[Value]) -> String {
     for r in runs {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} |",
+            "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} |",
             r["operator"].as_str().unwrap_or("?"),
             r["objects"],
             r["pods"]["desired"],
             mib(kib(&r["startup"]["idle_rss_kib"])),
+            mib(kib(&r["startup"]["idle_anon_kib"])),
             mib(kib(&r["end"]["hwm_kib"])),
             mib(kib(&r["steady"]["rss_kib"])),
+            mib(kib(&r["steady"]["anon_kib"])),
             r["create"]["threads"],
             r["create"]["all_ready_seconds"],
             r["create"]["latency_p50_seconds"],
@@ -149,7 +151,8 @@ fn markdown(runs: &[Value]) -> String {
     let _ = writeln!(
         md,
         "\n- RSS: `VmRSS` of `/proc/<pid>/status`; idle = 3 s after `/readyz` with no objects; \
-         peak = `VmHWM` at the end of the run.\n\
+         peak = `VmHWM` at the end of the run. Anon: `RssAnon` (heap and stacks); the rest of \
+         RSS is mostly the executable's own (file-backed, shared, reclaimable) pages.\n\
          - All Ready: from the first create to every object `Ready` (condition `True` for its \
          current generation) with exactly the wanted pods; p50/p99 per object, create request \
          to Ready.\n\
