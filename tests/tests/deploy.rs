@@ -514,3 +514,48 @@ async fn deploy_namespaced_overlay_lolcow_serves_two_namespaces_only() -> Result
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn deploy_namespaced_overlay_pulsar_consumer_serves_two_namespaces_only() -> Result<()> {
+    let operator = "pulsar-consumer-operator";
+    let rules = check_overlay(operator)?;
+    install(operator)?;
+    let a = TestNamespace::restricted("overlay-pc-a").await?;
+    let b = TestNamespace::restricted("overlay-pc-b").await?;
+    let c = TestNamespace::restricted("overlay-pc-c").await?;
+    let (user, kubeconfig) = scoped_identity(operator, &rules, &a, &b).await?;
+    ensure!(!can_i(&user, &["list", "deployments", "--all-namespaces"])?);
+    ensure!(!can_i(&user, &["list", "pulsarconsumers", "-n", &c.name])?);
+    ensure!(can_i(&user, &["patch", "deployments", "-n", &b.name])?);
+    let op = OperatorProcess::start_with(
+        operator,
+        &[&a.name, &b.name],
+        OperatorOptions {
+            kubeconfig: Some(kubeconfig),
+            ..OperatorOptions::default()
+        },
+    )
+    .await?;
+    create_value::<PulsarConsumer>(&c, kinds::pulsar_consumer("ignored", 1)).await?;
+    create_value::<PulsarConsumer>(&a, kinds::pulsar_consumer("in-a", 2)).await?;
+    create_value::<PulsarConsumer>(&b, kinds::pulsar_consumer("in-b", 1)).await?;
+    for (ns, name) in [(&a, "in-a"), (&b, "in-b")] {
+        wait_for(
+            &ns.api::<PulsarConsumer>(),
+            name,
+            |o: Option<&PulsarConsumer>| o.is_some_and(kinds::pulsar_consumer_ready),
+        )
+        .await
+        .with_context(|| format!("operator log:\n{}", op.log()))?;
+    }
+    let ignored = c.api::<PulsarConsumer>().get("ignored").await?;
+    assert!(ignored.status.is_none(), "{:?}", ignored.status);
+    assert!(
+        c.api::<Deployment>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+    );
+    Ok(())
+}
