@@ -62,12 +62,57 @@ pub fn run(args: &TestArgs) -> Result<()> {
     step("hadolint (Dockerfiles)", hadolint)?;
     step("CRD drift check", || crds::run(true))?;
     step("unit tests", || {
-        cmd::run(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
+        run_counting(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
     })?;
     if !args.no_e2e {
         step("end-to-end tests", || e2e(args))?;
     }
     println!("all checks passed in {}", cmd::elapsed(start));
+    let (passed, failed) = TOTALS.lock().map(|t| *t).unwrap_or_default();
+    // The plain closing line, over every `cargo test` run above.
+    println!("{passed} passed, {failed} failed");
+    Ok(())
+}
+
+/// Tests passed and failed over every `cargo test` of this run.
+static TOTALS: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
+
+/// Runs a `cargo test` command, echoing its output and adding up its
+/// `test result:` lines into [`TOTALS`].
+fn run_counting(command: &mut Command) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    let shown = cmd::show(command);
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| {
+                rest.split(';')
+                    .find_map(|part| {
+                        part.trim()
+                            .strip_suffix(word)?
+                            .trim()
+                            .rsplit(' ')
+                            .next()?
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    .unwrap_or(0)
+            };
+            if let Ok(mut totals) = TOTALS.lock() {
+                totals.0 += count(" passed");
+                totals.1 += count(" failed");
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        anyhow::bail!("`{shown}` failed ({status})");
+    }
     Ok(())
 }
 
@@ -127,7 +172,7 @@ fn e2e(args: &TestArgs) -> Result<()> {
         // Tests that restart parts of the control plane need the local cluster.
         test.env("E2E_LOCAL_CLUSTER", "1");
     }
-    test.args(["test", "-p", "e2e"])
+    test.args(["test", "-p", "e2e", "--tests"])
         .env("E2E_KUBECONFIG", &kubeconfig)
         .env("E2E_KUBECTL", kubectl_for_tests(external.is_some())?)
         // anyhow errors of failed tests are read for their message, not a trace.
@@ -136,7 +181,7 @@ fn e2e(args: &TestArgs) -> Result<()> {
     if let Some(filter) = &args.e2e_filter {
         test.arg(filter);
     }
-    let mut result = cmd::run(&mut test);
+    let mut result = run_counting(&mut test);
     if result.is_ok() && external.is_none() && args.e2e_filter.is_none() {
         println!("==> the quick start: cargo xtask demo (non-interactive)");
         result = crate::demo::run(&crate::demo::DemoArgs {
