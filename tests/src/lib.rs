@@ -237,6 +237,23 @@ pub fn dynamic_api(
     Api::namespaced_with(ns.client.clone(), &ns.name, &resource)
 }
 
+/// Creating `manifest` must fail, with an API server message that names `field`.
+pub async fn assert_create_rejected(
+    api: &Api<kube::core::DynamicObject>,
+    manifest: serde_json::Value,
+    field: &str,
+) -> Result<()> {
+    let obj: kube::core::DynamicObject = serde_json::from_value(manifest.clone())?;
+    let Err(err) = api.create(&PostParams::default(), &obj).await else {
+        bail!("{manifest} must be rejected");
+    };
+    let message = err.to_string();
+    if !message.contains(field) {
+        bail!("the error for {manifest} must name {field}: {message}");
+    }
+    Ok(())
+}
+
 /// Waits until `condition` holds for the object `name` (None = absent).
 pub async fn wait_for<K>(
     api: &Api<K>,

@@ -76,15 +76,7 @@ async fn creates_rejected(
 ) -> Result<()> {
     let api = kind.api(ns);
     for (name, spec, field) in cases {
-        let obj: DynamicObject = serde_json::from_value(kind.manifest(&name, spec.clone()))?;
-        let Err(err) = api.create(&PostParams::default(), &obj).await else {
-            bail!("{} {name} {spec} must be rejected", kind.kind);
-        };
-        let message = err.to_string();
-        ensure!(
-            message.contains(field),
-            "the error for {name} {spec} must name {field}: {message}"
-        );
+        e2e::assert_create_rejected(&api, kind.manifest(&name, spec), field).await?;
     }
     ensure!(api.list(&ListParams::default()).await?.items.is_empty());
     Ok(())

@@ -4,7 +4,7 @@
 //! hash of its namespace's name, skipping ports other Services hold, and moves to another
 //! port if one was taken meanwhile (except where the conflict is the point of the test).
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum};
 use e2e::{
     TIMEOUT, TestNamespace, can_i, dynamic_api, kubectl_ok, poll, wait_for, wait_for_within,
@@ -554,20 +554,13 @@ async fn lolcow_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
         (json!({"port": 30080, "greeting": 42}), "spec.greeting"),
     ];
     for (i, (spec, field)) in cases.into_iter().enumerate() {
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let manifest = json!({
             "apiVersion": "my.domain/v1alpha1",
             "kind": "Lolcow",
             "metadata": {"name": format!("bad-{i}")},
             "spec": spec,
-        }))?;
-        let Err(err) = api.create(&PostParams::default(), &obj).await else {
-            bail!("{spec} must be rejected");
-        };
-        let message = err.to_string();
-        assert!(
-            message.contains(field),
-            "the error for {spec} must name {field}: {message}"
-        );
+        });
+        e2e::assert_create_rejected(&api, manifest, field).await?;
     }
     assert!(api.list(&ListParams::default()).await?.items.is_empty());
     Ok(())

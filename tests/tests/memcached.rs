@@ -1,6 +1,6 @@
 //! The Memcached operator on a real cluster, run with its own ServiceAccount.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use e2e::operator::{OperatorProcess, metric_sum};
 use e2e::{TIMEOUT, TestNamespace, dynamic_api, kubectl_ok, poll, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -435,20 +435,13 @@ async fn memcached_invalid_objects_are_rejected_naming_the_field() -> Result<()>
         ("9lives", json!({"size": 1}), "metadata.name"),
     ];
     for (name, spec, field) in cases {
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let manifest = json!({
             "apiVersion": "cache.example.com/v1alpha1",
             "kind": "Memcached",
             "metadata": {"name": name},
             "spec": spec,
-        }))?;
-        let Err(err) = api.create(&PostParams::default(), &obj).await else {
-            bail!("{name} {spec} must be rejected");
-        };
-        let message = err.to_string();
-        assert!(
-            message.contains(field),
-            "the error for {name} {spec} must name {field}: {message}"
-        );
+        });
+        e2e::assert_create_rejected(&api, manifest, field).await?;
     }
     assert!(api.list(&ListParams::default()).await?.items.is_empty());
     Ok(())

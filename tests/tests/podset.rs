@@ -330,21 +330,13 @@ async fn podset_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
         (Value::Null, "spec"),
     ];
     for (i, (spec, field)) in cases.into_iter().enumerate() {
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let manifest = json!({
             "apiVersion": "batch.tutorial.kubebuilder.io/v1",
             "kind": "PodSet",
             "metadata": {"name": format!("bad-{i}")},
             "spec": spec,
-        }))?;
-        let err = api
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect_err(&format!("{spec} must be rejected"));
-        let message = err.to_string();
-        assert!(
-            message.contains(field),
-            "the error for {spec} must name {field}: {message}"
-        );
+        });
+        e2e::assert_create_rejected(&api, manifest, field).await?;
     }
     assert!(api.list(&ListParams::default()).await?.items.is_empty());
     Ok(())

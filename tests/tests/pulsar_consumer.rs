@@ -476,17 +476,7 @@ async fn pulsar_consumer_invalid_objects_are_rejected_naming_the_field() -> Resu
         (without("replicas"), "spec.replicas"),
     ];
     for (i, (spec, field)) in cases.into_iter().enumerate() {
-        let obj: DynamicObject =
-            serde_json::from_value(consumer(&format!("bad-{i}"), spec.clone()))?;
-        let err = api
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect_err(&format!("{spec} must be rejected"));
-        let message = err.to_string();
-        assert!(
-            message.contains(field),
-            "the error for {spec} must name {field}: {message}"
-        );
+        e2e::assert_create_rejected(&api, consumer(&format!("bad-{i}"), spec), field).await?;
     }
 
     // A name too long for the consumers' instance label.
