@@ -70,9 +70,16 @@ async fn operator_recovers_from_etcd_and_api_server_restarts() -> Result<()> {
         xtask(&["cluster", "stop", process])?;
         // The API is really gone (etcd down makes every read fail).
         poll("the API unavailable", Duration::from_secs(30), || async {
-            Ok(kubectl_ok(["get", "--raw", "/api/v1/namespaces/default"])
-                .is_err()
-                .then_some(()))
+            // A short request timeout: without one a read hangs for the API
+            // server's 60 s while etcd is down.
+            Ok(kubectl_ok([
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default",
+                "--request-timeout=2s",
+            ])
+            .is_err()
+            .then_some(()))
         })
         .await?;
         xtask(&["cluster", "up"])?;

@@ -172,7 +172,8 @@ fn e2e(args: &TestArgs) -> Result<()> {
         // Tests that restart parts of the control plane need the local cluster.
         test.env("E2E_LOCAL_CLUSTER", "1");
     }
-    test.args(["test", "-p", "e2e", "--tests"])
+    // Every test binary runs even when one fails: one run shows every failure.
+    test.args(["test", "-p", "e2e", "--tests", "--no-fail-fast"])
         .env("E2E_KUBECONFIG", &kubeconfig)
         .env("E2E_KUBECTL", kubectl_for_tests(external.is_some())?)
         // anyhow errors of failed tests are read for their message, not a trace.

@@ -204,12 +204,22 @@ pub fn up() -> Result<PathBuf> {
     }
     pki::ensure(&layout.pki())?;
     write_configs(&layout)?;
+    // An API server that outlived an etcd restart reconnects only when its
+    // gRPC backoff (up to two minutes) next fires.
+    let etcd_restarted_under_api = layout.running_pid(Process::Etcd).is_none()
+        && layout.running_pid(Process::ApiServer).is_some();
     for p in Process::ALL {
         if layout.running_pid(p).is_some() {
             continue;
         }
         start_process(&layout, p)?;
         wait_started(&layout, p)?;
+    }
+    if etcd_restarted_under_api && !wait_api_serves(&layout, Duration::from_secs(20)) {
+        println!("cluster: the API server has not reconnected to etcd after 20 s; restarting it");
+        stop_process(&layout, Process::ApiServer)?;
+        start_process(&layout, Process::ApiServer)?;
+        wait_started(&layout, Process::ApiServer)?;
     }
     register_nodes(&layout)?;
     wait_cluster_ready(&layout)?;
@@ -393,6 +403,21 @@ fn wait_started(layout: &Layout, p: Process) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether the API server answers a read that goes through to etcd
+/// (`/readyz` alone can pass while its storage client is still backing off).
+fn wait_api_serves(layout: &Layout, timeout: Duration) -> bool {
+    cmd::wait_until(timeout, || {
+        kubectl(layout).is_ok_and(|mut c| {
+            cmd::succeeds(c.args([
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default",
+                "--request-timeout=3s",
+            ]))
+        })
+    })
 }
 
 fn kubectl(layout: &Layout) -> Result<Command> {
