@@ -116,6 +116,12 @@ pub struct RunArgs {
     #[arg(long, global = true, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
 
+    /// How long an object's triggers must be quiet before it is reconciled (0s: at once).
+    /// Watch events that arrive together (pods becoming Ready one after another) then
+    /// cost one reconcile and one status write instead of one each.
+    #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub reconcile_debounce: Duration,
+
     /// Namespaces to watch: empty = all, `a` = one, `a,b` = several. Nothing outside is read or touched.
     #[arg(
         long,
@@ -329,6 +335,7 @@ mod tests {
         assert_eq!(a.renew_deadline, Duration::from_secs(10));
         assert_eq!(a.retry_period, Duration::from_secs(2));
         assert_eq!(a.max_concurrent_reconciles, 4);
+        assert_eq!(a.reconcile_debounce, Duration::from_millis(500));
         assert_eq!(a.effective_log_format(), LogFormat::Json);
         assert_eq!(a.effective_log_level(), "info");
         assert_eq!(

@@ -13,6 +13,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt, future::BoxFuture};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -274,6 +275,22 @@ impl Scope {
     }
 }
 
+/// A trim for [`Scope::reflect_trimmed`] of Pods: keeps the metadata (`managedFields`
+/// aside), `status.phase` and `status.conditions`, which is all an operator needs to count
+/// its pods and their readiness. The spec and the rest of the status are dropped: a pod
+/// parsed in full takes a few KiB, and with thousands of pods they were most of an
+/// operator's memory.
+pub fn trim_pod(pod: &mut Pod) {
+    pod.spec = None;
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            conditions: status.conditions,
+            ..PodStatus::default()
+        });
+    }
+}
+
 /// Stores of one child kind, one per [`Scope`], so a reconcile finds the cache that holds
 /// its object's namespace.
 #[derive(Debug)]
@@ -319,6 +336,43 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn trim_pod_keeps_what_reconciles_read() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "p", "namespace": "n", "labels": {"app": "x"},
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o",
+                                     "uid": "u", "controller": true}]
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "n1"},
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "podIP": "10.0.0.1",
+                "containerStatuses": [{"name": "c", "image": "busybox", "imageID": "",
+                                       "ready": true, "restartCount": 0}]
+            }
+        }))
+        .unwrap();
+        let metadata = pod.metadata.clone();
+        trim_pod(&mut pod);
+        assert_eq!(pod.metadata, metadata);
+        assert!(pod.spec.is_none());
+        let status = pod.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let conditions = status.conditions.unwrap();
+        assert_eq!(
+            (conditions[0].type_.as_str(), conditions[0].status.as_str()),
+            ("Ready", "True")
+        );
+        assert!(status.pod_ip.is_none() && status.container_statuses.is_none());
+
+        let mut bare = Pod::default();
+        trim_pod(&mut bare);
+        assert!(bare.status.is_none());
+    }
 
     #[test]
     fn parse_watch_namespaces() {

@@ -201,7 +201,11 @@ impl Operator {
         for namespace in args.watch_namespace.scopes() {
             let scope = Scope::new(client.clone(), namespace);
             let run = build(&scope, &ctx)
-                .with_config(controller::Config::default().concurrency(args.max_concurrent_reconciles))
+                .with_config(
+                    controller::Config::default()
+                        .concurrency(args.max_concurrent_reconciles)
+                        .debounce(args.reconcile_debounce),
+                )
                 .graceful_shutdown_on(shutdown.clone())
                 .run(wrapped.clone(), error_policy.clone(), ctx.clone())
                 .for_each(move |res| async move {

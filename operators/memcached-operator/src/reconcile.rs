@@ -113,8 +113,11 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     ctx.deployments.insert(scope, deployments);
     let (services, service_events) = scope.reflect::<Service>(ours);
     ctx.services.insert(scope, services);
-    let (pods, pod_events) =
-        scope.reflect::<Pod>(watcher::Config::default().labels(&desired::all_pods_selector()));
+    // Only the pods' metadata, phase and conditions are read (`status.nodes`, readiness).
+    let (pods, pod_events) = scope.reflect_trimmed::<Pod>(
+        watcher::Config::default().labels(&desired::all_pods_selector()),
+        shared::namespaces::trim_pod,
+    );
     ctx.pods.insert(scope, pods);
     scope
         .controller::<Memcached>(watcher::Config::default())

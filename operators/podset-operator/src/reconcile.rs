@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -81,7 +81,8 @@ impl Context {
 /// by the controller owner reference's UID, not by labels, so a pod whose labels were
 /// edited is still found and repaired).
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
-    let (pods, pod_events) = scope.reflect_trimmed::<Pod>(watcher::Config::default(), trim_pod);
+    let (pods, pod_events) =
+        scope.reflect_trimmed::<Pod>(watcher::Config::default(), shared::namespaces::trim_pod);
     ctx.pods.insert(scope, pods);
     let expectations = ctx.expectations.clone();
     let pod_events = pod_events.inspect(move |event| {
@@ -101,20 +102,6 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
     scope
         .controller::<PodSet>(watcher::Config::default())
         .owns_stream(pod_events)
-}
-
-/// What the pod cache keeps of a pod: its metadata, `status.phase` and `status.conditions`
-/// are all a reconcile reads. The spec and the rest of the status are dropped: with 1,000
-/// PodSets of 3 replicas they were most of the operator's memory.
-fn trim_pod(pod: &mut Pod) {
-    pod.spec = None;
-    if let Some(status) = pod.status.take() {
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            conditions: status.conditions,
-            ..PodStatus::default()
-        });
-    }
 }
 
 /// Brings the pods of one PodSet to `spec.replicas` and records what it saw in the status.

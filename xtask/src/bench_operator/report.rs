@@ -94,7 +94,7 @@ fn markdown(runs: &[Value]) -> String {
     let _ = writeln!(md, "# Benchmark: the operators at scale\n");
     let _ = writeln!(
         md,
-        "Each run: the operator's release binary as a local process (its ServiceAccount's \
+        "Each run: the operator's static release binary (the one its image ships) as a local process (its ServiceAccount's \
          token, one fresh namespace watched), on the local cluster (`cargo xtask cluster up`: \
          real API server, kwok nodes). N objects are created at once, left alone for a quiet \
          window, changed, then deleted (`cargo xtask bench operator --operator <op> \
