@@ -53,6 +53,9 @@ enum Benchmark {
     Consumer(ConsumerArgs),
     /// Scale, speed and memory of an operator (or `--standard`: all of them).
     Operator(crate::bench_operator::OperatorArgs),
+    /// Rewrite `target/bench/operators.md` and the chart from the recorded
+    /// `target/bench/*.json`, without running anything.
+    Report,
 }
 
 /// Options of `cargo xtask bench consumer`.
@@ -81,6 +84,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match (&args.benchmark, args.all) {
         (Some(Benchmark::Consumer(a)), _) => consumer(a),
         (Some(Benchmark::Operator(a)), _) => crate::bench_operator::run(a),
+        (Some(Benchmark::Report), _) => crate::bench_operator::report::write_summary().map(drop),
         (None, true) => run_all(),
         (None, false) => bail!(
             "name a benchmark (`cargo xtask bench consumer|operator`) or pass --all; see `cargo xtask bench --help`"
