@@ -1,17 +1,21 @@
 //! The four kinds under test: manifests as users write them, and "is it Ready for its
 //! current spec" checks shared by the tests that use several operators at once.
 
-use crate::{TIMEOUT, TestNamespace, poll};
-use anyhow::{Context, Result};
+use crate::{
+    TIMEOUT, TestNamespace, assert_create_rejected, dynamic_api, poll, wait_for_within, wait_until,
+};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::core::DynamicObject;
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
 use podset_operator::api::PodSet;
 use pulsar_consumer_operator::api::PulsarConsumer;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 /// The four operators, in a fixed order.
 pub const OPERATORS: [&str; 4] = [
@@ -20,6 +24,99 @@ pub const OPERATORS: [&str; 4] = [
     "lolcow-operator",
     "pulsar-consumer-operator",
 ];
+
+/// A kind under test by name, for objects its typed API could not express (invalid
+/// ones).
+pub struct Kind {
+    /// The operator that serves it.
+    pub operator: &'static str,
+    /// Its API group.
+    pub group: &'static str,
+    /// Its API version.
+    pub version: &'static str,
+    /// Its kind.
+    pub kind: &'static str,
+    /// Its plural, the resource name.
+    pub plural: &'static str,
+}
+
+/// The PodSet kind.
+pub const PODSET: Kind = Kind {
+    operator: "podset-operator",
+    group: "batch.tutorial.kubebuilder.io",
+    version: "v1",
+    kind: "PodSet",
+    plural: "podsets",
+};
+/// The Memcached kind.
+pub const MEMCACHED: Kind = Kind {
+    operator: "memcached-operator",
+    group: "cache.example.com",
+    version: "v1alpha1",
+    kind: "Memcached",
+    plural: "memcacheds",
+};
+/// The Lolcow kind.
+pub const LOLCOW: Kind = Kind {
+    operator: "lolcow-operator",
+    group: "my.domain",
+    version: "v1alpha1",
+    kind: "Lolcow",
+    plural: "lolcows",
+};
+/// The PulsarConsumer kind.
+pub const PULSAR_CONSUMER: Kind = Kind {
+    operator: "pulsar-consumer-operator",
+    group: "pulsar.pulsarconsumer.krvarma.com",
+    version: "v1",
+    kind: "PulsarConsumer",
+    plural: "pulsarconsumers",
+};
+
+impl Kind {
+    /// An untyped API of this kind in `ns`.
+    pub fn api(&self, ns: &TestNamespace) -> Api<DynamicObject> {
+        dynamic_api(ns, self.group, self.version, self.kind, self.plural)
+    }
+
+    /// A manifest of this kind named `name` with `spec` as it is, valid or not.
+    pub fn manifest(&self, name: &str, spec: Value) -> Value {
+        json!({
+            "apiVersion": format!("{}/{}", self.group, self.version),
+            "kind": self.kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        })
+    }
+}
+
+/// Creating an object of `kind` of each case's name and spec must be rejected with a
+/// message naming the case's field; afterwards there is no object of `kind` in `ns`.
+pub async fn assert_all_creates_rejected<'a>(
+    ns: &TestNamespace,
+    kind: &Kind,
+    cases: impl IntoIterator<Item = (String, Value, &'a str)>,
+) -> Result<()> {
+    let api = kind.api(ns);
+    for (name, spec, field) in cases {
+        assert_create_rejected(&api, kind.manifest(&name, spec), field).await?;
+    }
+    let left = api.list(&ListParams::default()).await?.items;
+    ensure!(left.is_empty(), "{} stored: {left:?}", kind.plural);
+    Ok(())
+}
+
+/// Cases for [`assert_all_creates_rejected`] of a spec and the field its error must name,
+/// the objects named `bad-0`, `bad-1`, ...
+pub fn named_bad<'a>(
+    cases: impl IntoIterator<Item = (Value, &'a str)>,
+) -> Vec<(String, Value, &'a str)> {
+    cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, (spec, field))| (format!("bad-{i}"), spec, field))
+        .collect()
+}
 
 fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
@@ -37,7 +134,7 @@ pub fn podset(name: &str, replicas: i64) -> Value {
     })
 }
 
-/// A Memcached manifest.
+/// A Memcached manifest, as the operator-sdk tutorial writes it.
 pub fn memcached(name: &str, size: i64) -> Value {
     json!({
         "apiVersion": "cache.example.com/v1alpha1",
@@ -116,16 +213,54 @@ pub fn pulsar_consumer_ready(pc: &PulsarConsumer) -> bool {
     })
 }
 
+/// Waits until the PodSet `name` is Ready ([`podset_ready`]) and returns it.
+pub async fn wait_podset_ready(ns: &TestNamespace, name: &str) -> Result<PodSet> {
+    wait_until(&ns.api(), name, podset_ready).await
+}
+
+/// Waits until the Memcached `name` is Ready ([`memcached_ready`]) and returns it.
+pub async fn wait_memcached_ready(ns: &TestNamespace, name: &str) -> Result<Memcached> {
+    wait_until(&ns.api(), name, memcached_ready).await
+}
+
+/// Waits until the PulsarConsumer `name` is Ready ([`pulsar_consumer_ready`]) and
+/// returns it.
+pub async fn wait_pulsar_consumer_ready(ns: &TestNamespace, name: &str) -> Result<PulsarConsumer> {
+    wait_until(&ns.api(), name, pulsar_consumer_ready).await
+}
+
+/// Waits up to `within` until the PodSet `name` has `replicas` ready pods for its current
+/// generation (whatever its conditions say).
+pub async fn wait_podset_replicas_ready(
+    ns: &TestNamespace,
+    name: &str,
+    replicas: i32,
+    within: Duration,
+) -> Result<()> {
+    wait_for_within(
+        &ns.api::<PodSet>(),
+        name,
+        within,
+        move |ps: Option<&PodSet>| {
+            ps.and_then(|p| p.status.as_ref().map(|s| (p, s)))
+                .is_some_and(|(p, s)| {
+                    s.ready_replicas == replicas && s.observed_generation == p.metadata.generation
+                })
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
-/// A NodePort that no Service of the cluster holds, starting from a hash of the
-/// namespace's name and `salt` (so parallel tests start far apart), not one of `avoid`.
-pub async fn free_node_port(ns: &TestNamespace, salt: &str, avoid: &[i32]) -> Result<i32> {
-    let used: BTreeSet<i32> = Api::<Service>::all(ns.client.clone())
+/// The NodePorts the Services of the whole cluster hold now.
+pub async fn node_ports_in_use(ns: &TestNamespace) -> Result<BTreeSet<i32>> {
+    Ok(Api::<Service>::all(ns.client.clone())
         .list(&ListParams::default())
         .await?
         .items
@@ -133,8 +268,14 @@ pub async fn free_node_port(ns: &TestNamespace, salt: &str, avoid: &[i32]) -> Re
         .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
         .flatten()
         .filter_map(|p| p.node_port)
-        .chain(avoid.iter().copied())
-        .collect();
+        .collect())
+}
+
+/// A NodePort that no Service of the cluster holds, starting from a hash of the
+/// namespace's name and `salt` (so parallel tests start far apart), not one of `avoid`.
+pub async fn free_node_port(ns: &TestNamespace, salt: &str, avoid: &[i32]) -> Result<i32> {
+    let mut used = node_ports_in_use(ns).await?;
+    used.extend(avoid);
     let span = 32767 - 30000 + 1;
     let start = i32::try_from(fnv(&format!("{}/{salt}", ns.name)) % span as u64)?;
     (0..span)

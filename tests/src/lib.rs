@@ -12,19 +12,24 @@ pub mod operator;
 pub mod pulsar;
 pub mod rbac;
 
-use anyhow::{Context, Result, anyhow, bail};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, PostParams};
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{Condition, await_condition};
-use kube::{Client, Resource};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a test waits for something the cluster does.
@@ -318,4 +323,164 @@ where
     let _ = api.delete(name, &DeleteParams::default()).await?;
     wait_for(api, name, |o: Option<&K>| o.is_none()).await?;
     Ok(())
+}
+
+/// Waits until the object `name` exists and `ready` holds for it, and returns it.
+pub async fn wait_until<K>(api: &Api<K>, name: &str, ready: impl Fn(&K) -> bool) -> Result<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    wait_for(api, name, move |o: Option<&K>| o.is_some_and(&ready))
+        .await?
+        .with_context(|| format!("{} {name} vanished", K::kind(&K::DynamicType::default())))
+}
+
+/// Creates the object `manifest` (JSON, as a user writes it) in `ns` as a `K`.
+pub async fn create_from_json<K>(ns: &TestNamespace, manifest: Value) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Serialize,
+    K::DynamicType: Default,
+{
+    let obj: K = serde_json::from_value(manifest)?;
+    Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
+}
+
+/// `kubectl scale <resource>/<name> --replicas=<replicas>` in `ns`: through the scale
+/// subresource, as users and autoscalers scale.
+pub fn kubectl_scale(ns: &TestNamespace, resource: &str, name: &str, replicas: i32) -> Result<()> {
+    kubectl_ok([
+        "scale",
+        &format!("{resource}/{name}"),
+        &format!("--replicas={replicas}"),
+        "-n",
+        &ns.name,
+    ])?;
+    Ok(())
+}
+
+/// The object `name` of kind `K` in `ns`, a namespace its operator does not watch, was
+/// never reconciled: it has no status and no finalizers, and the namespace holds no
+/// object of the child kind `C` at all.
+pub async fn assert_never_reconciled<K, C>(ns: &TestNamespace, name: &str) -> Result<()>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Serialize,
+    K::DynamicType: Default,
+    C: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    C::DynamicType: Default,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let what = format!("{kind} {name} in {} (not watched)", ns.name);
+    let object = ns
+        .api::<K>()
+        .get(name)
+        .await
+        .with_context(|| format!("reading {what}"))?;
+    let status = serde_json::to_value(&object)?
+        .get("status")
+        .cloned()
+        .unwrap_or(Value::Null);
+    ensure!(status.is_null(), "{what} has a status: {status}");
+    let finalizers = object.finalizers();
+    ensure!(
+        finalizers.is_empty(),
+        "{what} has finalizers: {finalizers:?}"
+    );
+    let children: Vec<String> = ns
+        .api::<C>()
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing the children of {what}"))?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    ensure!(
+        children.is_empty(),
+        "{} next to {what}: {children:?}",
+        C::kind(&C::DynamicType::default())
+    );
+    Ok(())
+}
+
+/// The pods of `ns` that the object with `uid` controls and that are not terminating.
+pub async fn live_pods_controlled_by(ns: &TestNamespace, uid: &str) -> Result<Vec<Pod>> {
+    let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid && o.controller == Some(true))
+        })
+        .collect())
+}
+
+/// What a [`PodWatch`] has seen so far, pods by uid.
+#[derive(Clone, Debug, Default)]
+pub struct PodCensus {
+    /// The pods alive now (seen, not terminating, not deleted).
+    pub live: BTreeSet<String>,
+    /// The most pods alive at once.
+    pub max_live: usize,
+    /// Every pod ever seen.
+    pub ever: BTreeSet<String>,
+}
+
+/// Watches every pod of a namespace in the background, to catch what polling would miss
+/// (more pods alive at once than wanted, pods created and deleted in between). Stops when
+/// dropped.
+pub struct PodWatch {
+    census: Arc<Mutex<PodCensus>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodWatch {
+    /// Starts watching the pods of `ns`.
+    pub fn start(ns: &TestNamespace) -> PodWatch {
+        let census = Arc::new(Mutex::new(PodCensus::default()));
+        let seen = Arc::clone(&census);
+        let stream = watcher(ns.api::<Pod>(), watcher::Config::default());
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let Ok(mut s) = seen.lock() else { return };
+                match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                        let uid = p.metadata.uid.clone().unwrap_or_default();
+                        s.ever.insert(uid.clone());
+                        if p.metadata.deletion_timestamp.is_none() {
+                            s.live.insert(uid);
+                        } else {
+                            s.live.remove(&uid);
+                        }
+                        s.max_live = s.max_live.max(s.live.len());
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        s.live.remove(&p.metadata.uid.unwrap_or_default());
+                    }
+                    _ => {}
+                }
+            }
+        });
+        PodWatch { census, task }
+    }
+
+    /// A copy of what it has seen so far.
+    pub fn census(&self) -> Result<PodCensus> {
+        self.census
+            .lock()
+            .map(|c| c.clone())
+            .map_err(|_| anyhow!("the pod watch panicked"))
+    }
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

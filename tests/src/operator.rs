@@ -7,9 +7,13 @@
 //! operator's ServiceAccount. Everything the operator does therefore goes
 //! through the RBAC rules in `deploy/`, which proves they are sufficient.
 
-use crate::{kubeconfig_path, kubectl_ok, poll, repo_root, target_dir, unique_suffix};
+use crate::{TIMEOUT, kubeconfig_path, kubectl_ok, poll, repo_root, target_dir, unique_suffix};
 use anyhow::{Context, Result, bail};
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
 use kube::config::{AuthInfo, Context as KubeContext, Kubeconfig, NamedAuthInfo, NamedContext};
+use serde::de::DeserializeOwned;
+use serde_json::json;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -258,6 +262,16 @@ impl OperatorProcess {
         Ok(body)
     }
 
+    /// How many reconciles it counted so far (`controller_runtime_reconcile_total`), in
+    /// the series with all of `labels` (none = all).
+    pub fn reconciles(&self, labels: &[(&str, &str)]) -> Result<f64> {
+        Ok(metric_sum(
+            &self.metrics()?,
+            "controller_runtime_reconcile_total",
+            labels,
+        ))
+    }
+
     /// Sends SIGTERM and waits for the exit; returns whether it exited 0.
     pub fn terminate(&mut self) -> Result<bool> {
         signal(self.child.id(), "TERM");
@@ -281,6 +295,34 @@ impl Drop for OperatorProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Sets the annotation `e2e/touch` of the object `name` to `value` (its metadata, not its
+/// spec: no new generation) and waits until `op` has reconciled since (its reconciles in
+/// the series with `labels` went up). Returns the object as the patch left it.
+pub async fn touch_and_wait_reconcile<K>(
+    api: &Api<K>,
+    op: &OperatorProcess,
+    name: &str,
+    value: &str,
+    labels: &[(&str, &str)],
+) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let before = op.reconciles(labels)?;
+    let touched = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": value}}})),
+        )
+        .await?;
+    poll("a reconcile after the touch", TIMEOUT, || async {
+        Ok((op.reconciles(labels)? > before).then_some(()))
+    })
+    .await?;
+    Ok(touched)
 }
 
 /// Sends a signal (by name, e.g. `TERM`) to a process.

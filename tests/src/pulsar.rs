@@ -294,12 +294,18 @@ impl ConsumerProcess {
     /// Waits until `/healthz` says it is connected (subscribed).
     pub async fn wait_connected(&mut self, timeout: Duration) -> Result<()> {
         let what = format!("consumer {} to subscribe", self.name);
-        let result = poll(&what, timeout, || {
+        self.wait_healthz(&what, 200, timeout).await
+    }
+
+    /// Waits (`what`, for the error) until `/healthz` answers `code`, failing at once if
+    /// the process exits; the error carries the end of its log.
+    pub async fn wait_healthz(&mut self, what: &str, code: u16, timeout: Duration) -> Result<()> {
+        let result = poll(what, timeout, || {
             let running = self.check_running();
-            let code = self.healthz();
+            let now = self.healthz();
             async move {
                 running?;
-                Ok((code == Some(200)).then_some(()))
+                Ok((now == Some(code)).then_some(()))
             }
         })
         .await;

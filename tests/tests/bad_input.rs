@@ -4,83 +4,19 @@
 //! cases (zero, the boundaries) accepted and converging.
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::kinds::{self, free_node_port};
+use e2e::kinds::{
+    self, Kind, LOLCOW, MEMCACHED, PODSET, PULSAR_CONSUMER, assert_all_creates_rejected,
+    free_node_port, node_ports_in_use,
+};
 use e2e::operator::{OperatorProcess, install};
-use e2e::{TestNamespace, dynamic_api, wait_for};
-use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use e2e::{TestNamespace, wait_for};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
 use podset_operator::api::PodSet;
 use pulsar_consumer_operator::api::PulsarConsumer;
 use serde_json::{Value, json};
-
-struct Kind {
-    operator: &'static str,
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-}
-
-const PODSET: Kind = Kind {
-    operator: "podset-operator",
-    group: "batch.tutorial.kubebuilder.io",
-    version: "v1",
-    kind: "PodSet",
-    plural: "podsets",
-};
-const MEMCACHED: Kind = Kind {
-    operator: "memcached-operator",
-    group: "cache.example.com",
-    version: "v1alpha1",
-    kind: "Memcached",
-    plural: "memcacheds",
-};
-const LOLCOW: Kind = Kind {
-    operator: "lolcow-operator",
-    group: "my.domain",
-    version: "v1alpha1",
-    kind: "Lolcow",
-    plural: "lolcows",
-};
-const PULSAR_CONSUMER: Kind = Kind {
-    operator: "pulsar-consumer-operator",
-    group: "pulsar.pulsarconsumer.krvarma.com",
-    version: "v1",
-    kind: "PulsarConsumer",
-    plural: "pulsarconsumers",
-};
-
-impl Kind {
-    fn api(&self, ns: &TestNamespace) -> Api<DynamicObject> {
-        dynamic_api(ns, self.group, self.version, self.kind, self.plural)
-    }
-
-    fn manifest(&self, name: &str, spec: Value) -> Value {
-        json!({
-            "apiVersion": format!("{}/{}", self.group, self.version),
-            "kind": self.kind,
-            "metadata": {"name": name},
-            "spec": spec,
-        })
-    }
-}
-
-/// Each create must be rejected with a message naming `field`; nothing gets stored.
-async fn creates_rejected(
-    ns: &TestNamespace,
-    kind: &Kind,
-    cases: Vec<(String, Value, &str)>,
-) -> Result<()> {
-    let api = kind.api(ns);
-    for (name, spec, field) in cases {
-        e2e::assert_create_rejected(&api, kind.manifest(&name, spec), field).await?;
-    }
-    ensure!(api.list(&ListParams::default()).await?.items.is_empty());
-    Ok(())
-}
 
 /// An unknown field under strict validation (server-side apply asking for it, as
 /// `kubectl apply --validate=strict` does) is rejected naming the field.
@@ -198,7 +134,7 @@ async fn podset_bad_updates_leave_it_untouched_and_edges_converge() -> Result<()
     let ns = TestNamespace::restricted("bad-podset").await?;
     install(PODSET.operator)?;
     unknown_field_rejected(&ns, &PODSET, json!({"replicas": 1})).await?;
-    creates_rejected(
+    assert_all_creates_rejected(
         &ns,
         &PODSET,
         vec![
@@ -251,7 +187,7 @@ async fn memcached_bad_input_is_rejected_and_edges_converge() -> Result<()> {
     let ns = TestNamespace::restricted("bad-memcached").await?;
     install(MEMCACHED.operator)?;
     unknown_field_rejected(&ns, &MEMCACHED, json!({"size": 1})).await?;
-    creates_rejected(
+    assert_all_creates_rejected(
         &ns,
         &MEMCACHED,
         vec![
@@ -320,7 +256,7 @@ async fn lolcow_bad_input_is_rejected_and_edges_converge() -> Result<()> {
     let ns = TestNamespace::restricted("bad-lolcow").await?;
     install(LOLCOW.operator)?;
     unknown_field_rejected(&ns, &LOLCOW, json!({"port": 30080})).await?;
-    creates_rejected(
+    assert_all_creates_rejected(
         &ns,
         &LOLCOW,
         vec![
@@ -362,15 +298,7 @@ async fn lolcow_bad_input_is_rejected_and_edges_converge() -> Result<()> {
     // another Service holds is reported as PortConflict, which is the operator working.
     let op = OperatorProcess::start(LOLCOW.operator, &[&ns.name]).await?;
     let typed: Api<Lolcow> = ns.api();
-    let held: Vec<i32> = Api::<Service>::all(ns.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
-        .flatten()
-        .filter_map(|p| p.node_port)
-        .collect();
+    let held = node_ports_in_use(&ns).await?;
     let long_port = free_node_port(&ns, "long", &[30000, 32767]).await?;
     for (name, port, greeting) in [
         ("low", 30000, "moo".to_owned()),
@@ -411,7 +339,7 @@ async fn pulsar_consumer_bad_input_is_rejected_and_edges_converge() -> Result<()
         s[field] = value;
         s
     };
-    creates_rejected(
+    assert_all_creates_rejected(
         &ns,
         &PULSAR_CONSUMER,
         vec![

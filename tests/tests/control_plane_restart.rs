@@ -5,11 +5,10 @@
 //! other tests running at the same time in the same binary.
 
 use anyhow::{Context, Result, bail};
+use e2e::kinds::{podset, wait_podset_replicas_ready};
 use e2e::operator::OperatorProcess;
-use e2e::{TestNamespace, kubectl_ok, poll, repo_root, wait_for_within};
-use kube::api::PostParams;
+use e2e::{TestNamespace, create_from_json, kubectl_ok, kubectl_scale, poll, repo_root};
 use podset_operator::api::PodSet;
-use serde_json::json;
 use std::process::Command;
 use std::time::Duration;
 
@@ -31,19 +30,7 @@ fn xtask(args: &[&str]) -> Result<()> {
 }
 
 async fn wait_ready(ns: &TestNamespace, replicas: i32) -> Result<()> {
-    wait_for_within(
-        &ns.api::<PodSet>(),
-        "survivor",
-        Duration::from_secs(90),
-        move |ps: Option<&PodSet>| {
-            ps.and_then(|p| p.status.as_ref().map(|s| (p, s)))
-                .is_some_and(|(p, s)| {
-                    s.ready_replicas == replicas && s.observed_generation == p.metadata.generation
-                })
-        },
-    )
-    .await?;
-    Ok(())
+    wait_podset_replicas_ready(ns, "survivor", replicas, Duration::from_secs(90)).await
 }
 
 #[tokio::test]
@@ -54,15 +41,7 @@ async fn operator_recovers_from_etcd_and_api_server_restarts() -> Result<()> {
     }
     let ns = TestNamespace::new("restart").await?;
     let mut op = OperatorProcess::start("podset-operator", &[&ns.name]).await?;
-    let ps: PodSet = serde_json::from_value(json!({
-        "apiVersion": "batch.tutorial.kubebuilder.io/v1",
-        "kind": "PodSet",
-        "metadata": {"name": "survivor"},
-        "spec": {"replicas": 2}
-    }))?;
-    ns.api::<PodSet>()
-        .create(&PostParams::default(), &ps)
-        .await?;
+    create_from_json::<PodSet>(&ns, podset("survivor", 2)).await?;
     wait_ready(&ns, 2).await?;
     let pid = op.pid();
 
@@ -84,13 +63,7 @@ async fn operator_recovers_from_etcd_and_api_server_restarts() -> Result<()> {
         .await?;
         xtask(&["cluster", "up"])?;
         let replicas = if process == "etcd" { 3 } else { 1 };
-        kubectl_ok([
-            "scale",
-            "podset/survivor",
-            &format!("--replicas={replicas}"),
-            "-n",
-            &ns.name,
-        ])?;
+        kubectl_scale(&ns, "podset", "survivor", replicas)?;
         wait_ready(&ns, replicas).await?;
         assert!(
             op.is_running(),

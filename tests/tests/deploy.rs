@@ -10,7 +10,10 @@ use e2e::kinds::{self, free_node_port};
 use e2e::manifests::{granted, kubectl_capture, kustomize, manifest_file, of_kind, write_json};
 use e2e::operator::{OperatorOptions, OperatorProcess, install, service_account_kubeconfig_for};
 use e2e::rbac::operator_user;
-use e2e::{TestNamespace, can_i, kubectl_ok, repo_root, wait_for};
+use e2e::{
+    TestNamespace, assert_never_reconciled, can_i, create_from_json, kubectl_ok, repo_root,
+    wait_for,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -169,32 +172,12 @@ async fn wait_sample_ready(ns: &TestNamespace, object: &Value) -> Result<()> {
         .as_str()
         .context("a sample without a name")?;
     match object["kind"].as_str().unwrap_or_default() {
-        "PodSet" => {
-            wait_for(&ns.api::<PodSet>(), name, |o: Option<&PodSet>| {
-                o.is_some_and(kinds::podset_ready)
-            })
-            .await?;
-        }
-        "Memcached" => {
-            wait_for(&ns.api::<Memcached>(), name, |o: Option<&Memcached>| {
-                o.is_some_and(kinds::memcached_ready)
-            })
-            .await?;
-        }
-        "Lolcow" => {
-            kinds::wait_lolcow_ready(ns, name).await?;
-        }
-        "PulsarConsumer" => {
-            wait_for(
-                &ns.api::<PulsarConsumer>(),
-                name,
-                |o: Option<&PulsarConsumer>| o.is_some_and(kinds::pulsar_consumer_ready),
-            )
-            .await?;
-        }
+        "PodSet" => kinds::wait_podset_ready(ns, name).await.map(drop),
+        "Memcached" => kinds::wait_memcached_ready(ns, name).await.map(drop),
+        "Lolcow" => kinds::wait_lolcow_ready(ns, name).await.map(drop),
+        "PulsarConsumer" => kinds::wait_pulsar_consumer_ready(ns, name).await.map(drop),
         other => bail!("a sample of an unexpected kind {other}"),
     }
-    Ok(())
 }
 
 async fn install_and_run_sample(operator: &str, not_managed: &[&str]) -> Result<()> {
@@ -360,7 +343,65 @@ async fn scoped_identity(
     Ok((user, service_account_kubeconfig_for(&a.name, &sa_name)?))
 }
 
-async fn create_value<K>(ns: &TestNamespace, manifest: Value) -> Result<K>
+/// Where a `kubectl auth can-i` check of the overlay's identity asks.
+#[derive(Clone, Copy, Debug)]
+enum Scope {
+    /// `--all-namespaces`.
+    Everywhere,
+    /// A namespace it watches (`b`).
+    Watched,
+    /// The namespace it does not watch (`c`).
+    Unwatched,
+}
+use Scope::{Everywhere, Unwatched, Watched};
+
+/// `kubectl auth can-i <verb> <resource>` in a scope, and the answer it must give.
+struct CanI {
+    allowed: bool,
+    verb: &'static str,
+    resource: &'static str,
+    scope: Scope,
+}
+
+/// The identity may do it.
+const fn may(verb: &'static str, resource: &'static str, scope: Scope) -> CanI {
+    CanI {
+        allowed: true,
+        verb,
+        resource,
+        scope,
+    }
+}
+
+/// The identity may not do it.
+const fn may_not(verb: &'static str, resource: &'static str, scope: Scope) -> CanI {
+    CanI {
+        allowed: false,
+        ..may(verb, resource, scope)
+    }
+}
+
+/// What [`overlay_serves_two_namespaces_only`] leaves for a test's own checks: the
+/// namespaces and the operator, still running (dropped in the order a test drops them).
+struct Overlay {
+    _op: OperatorProcess,
+    c: TestNamespace,
+    b: TestNamespace,
+    a: TestNamespace,
+}
+
+/// The namespaced overlay of `operator` (kind `K`, children of kind `C`): its Role in two
+/// namespaces `a` and `b` (`overlay-<short>-a`, ...) and nowhere else; with that identity
+/// the `checks` hold, the operator makes `in-a` and `in-b` Ready (`wait_ready`) and never
+/// reconciles `ignored` in the third namespace `c`. `manifest` makes the object of a name
+/// and size in a namespace.
+async fn overlay_serves_two_namespaces_only<K, C>(
+    operator: &str,
+    short: &str,
+    checks: &[CanI],
+    mut manifest: impl AsyncFnMut(&TestNamespace, &str, i64) -> Result<Value>,
+    wait_ready: impl AsyncFn(&TestNamespace, &str) -> Result<K>,
+) -> Result<Overlay>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -368,24 +409,33 @@ where
         + serde::de::DeserializeOwned
         + serde::Serialize,
     <K as kube::Resource>::DynamicType: Default,
+    C: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    <C as kube::Resource>::DynamicType: Default,
 {
-    let obj: K = serde_json::from_value(manifest)?;
-    Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
-}
-
-#[tokio::test]
-async fn deploy_namespaced_overlay_podset_serves_two_namespaces_only() -> Result<()> {
-    let operator = "podset-operator";
     let rules = check_overlay(operator)?;
     install(operator)?;
-    let a = TestNamespace::restricted("overlay-ps-a").await?;
-    let b = TestNamespace::restricted("overlay-ps-b").await?;
-    let c = TestNamespace::restricted("overlay-ps-c").await?;
+    let a = TestNamespace::restricted(&format!("overlay-{short}-a")).await?;
+    let b = TestNamespace::restricted(&format!("overlay-{short}-b")).await?;
+    let c = TestNamespace::restricted(&format!("overlay-{short}-c")).await?;
     let (user, kubeconfig) = scoped_identity(operator, &rules, &a, &b).await?;
-    // Nothing cluster-wide, nothing in c.
-    ensure!(!can_i(&user, &["list", "pods", "--all-namespaces"])?);
-    ensure!(!can_i(&user, &["list", "podsets", "-n", &c.name])?);
-    ensure!(can_i(&user, &["create", "pods", "-n", &b.name])?);
+    // Nothing cluster-wide, nothing in c; what it needs in b.
+    for check in checks {
+        let mut args = vec![check.verb, check.resource];
+        match check.scope {
+            Everywhere => args.push("--all-namespaces"),
+            Watched => args.extend(["-n", b.name.as_str()]),
+            Unwatched => args.extend(["-n", c.name.as_str()]),
+        }
+        ensure!(
+            can_i(&user, &args)? == check.allowed,
+            "{user}: `kubectl auth can-i {}` must answer {}",
+            args.join(" "),
+            if check.allowed { "yes" } else { "no" }
+        );
+    }
     let op = OperatorProcess::start_with(
         operator,
         &[&a.name, &b.name],
@@ -395,78 +445,60 @@ async fn deploy_namespaced_overlay_podset_serves_two_namespaces_only() -> Result
         },
     )
     .await?;
-    create_value::<PodSet>(&c, kinds::podset("ignored", 1)).await?;
-    create_value::<PodSet>(&a, kinds::podset("in-a", 2)).await?;
-    create_value::<PodSet>(&b, kinds::podset("in-b", 1)).await?;
-    for (ns, name) in [(&a, "in-a"), (&b, "in-b")] {
-        wait_for(&ns.api::<PodSet>(), name, |o: Option<&PodSet>| {
-            o.is_some_and(kinds::podset_ready)
-        })
-        .await
-        .with_context(|| format!("operator log:\n{}", op.log()))?;
+    for (ns, name, size) in [(&c, "ignored", 1), (&a, "in-a", 2), (&b, "in-b", 1)] {
+        create_from_json::<K>(ns, manifest(ns, name, size).await?).await?;
     }
-    let ignored = c.api::<PodSet>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(
-        c.api::<Pod>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
+    for (ns, name) in [(&a, "in-a"), (&b, "in-b")] {
+        wait_ready(ns, name)
+            .await
+            .with_context(|| format!("operator log:\n{}", op.log()))?;
+    }
+    assert_never_reconciled::<K, C>(&c, "ignored").await?;
+    Ok(Overlay { _op: op, c, b, a })
+}
+
+#[tokio::test]
+async fn deploy_namespaced_overlay_podset_serves_two_namespaces_only() -> Result<()> {
+    overlay_serves_two_namespaces_only::<PodSet, Pod>(
+        "podset-operator",
+        "ps",
+        &[
+            may_not("list", "pods", Everywhere),
+            may_not("list", "podsets", Unwatched),
+            may("create", "pods", Watched),
+        ],
+        async |_, name, size| Ok(kinds::podset(name, size)),
+        kinds::wait_podset_ready,
+    )
+    .await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn deploy_namespaced_overlay_memcached_serves_two_namespaces_only() -> Result<()> {
-    let operator = "memcached-operator";
-    let rules = check_overlay(operator)?;
-    install(operator)?;
-    let a = TestNamespace::restricted("overlay-mc-a").await?;
-    let b = TestNamespace::restricted("overlay-mc-b").await?;
-    let c = TestNamespace::restricted("overlay-mc-c").await?;
-    let (user, kubeconfig) = scoped_identity(operator, &rules, &a, &b).await?;
-    ensure!(!can_i(&user, &["list", "deployments", "--all-namespaces"])?);
-    ensure!(!can_i(&user, &["list", "memcacheds", "-n", &c.name])?);
-    ensure!(can_i(&user, &["patch", "services", "-n", &b.name])?);
-    let op = OperatorProcess::start_with(
-        operator,
-        &[&a.name, &b.name],
-        OperatorOptions {
-            kubeconfig: Some(kubeconfig),
-            ..OperatorOptions::default()
-        },
+    let overlay = overlay_serves_two_namespaces_only::<Memcached, Deployment>(
+        "memcached-operator",
+        "mc",
+        &[
+            may_not("list", "deployments", Everywhere),
+            may_not("list", "memcacheds", Unwatched),
+            may("patch", "services", Watched),
+        ],
+        async |_, name, size| Ok(kinds::memcached(name, size)),
+        kinds::wait_memcached_ready,
     )
     .await?;
-    create_value::<Memcached>(&c, kinds::memcached("ignored", 1)).await?;
-    create_value::<Memcached>(&a, kinds::memcached("in-a", 2)).await?;
-    create_value::<Memcached>(&b, kinds::memcached("in-b", 1)).await?;
-    for (ns, name) in [(&a, "in-a"), (&b, "in-b")] {
-        wait_for(&ns.api::<Memcached>(), name, |o: Option<&Memcached>| {
-            o.is_some_and(kinds::memcached_ready)
-        })
-        .await
-        .with_context(|| format!("operator log:\n{}", op.log()))?;
-    }
-    let ignored = c.api::<Memcached>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(ignored.metadata.finalizers.unwrap_or_default().is_empty());
     assert!(
-        c.api::<Deployment>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
-    assert!(
-        c.api::<Service>()
+        overlay
+            .c
+            .api::<Service>()
             .list(&ListParams::default())
             .await?
             .items
             .is_empty()
     );
     // The finalizer needs the operator: clean up while it runs.
-    for (ns, name) in [(&a, "in-a"), (&b, "in-b")] {
+    for (ns, name) in [(&overlay.a, "in-a"), (&overlay.b, "in-b")] {
         e2e::delete_and_wait(&ns.api::<Memcached>(), name).await?;
     }
     Ok(())
@@ -474,88 +506,41 @@ async fn deploy_namespaced_overlay_memcached_serves_two_namespaces_only() -> Res
 
 #[tokio::test]
 async fn deploy_namespaced_overlay_lolcow_serves_two_namespaces_only() -> Result<()> {
-    let operator = "lolcow-operator";
-    let rules = check_overlay(operator)?;
-    install(operator)?;
-    let a = TestNamespace::restricted("overlay-lc-a").await?;
-    let b = TestNamespace::restricted("overlay-lc-b").await?;
-    let c = TestNamespace::restricted("overlay-lc-c").await?;
-    let (user, kubeconfig) = scoped_identity(operator, &rules, &a, &b).await?;
-    ensure!(!can_i(&user, &["list", "services", "--all-namespaces"])?);
-    ensure!(!can_i(&user, &["list", "lolcows", "-n", &c.name])?);
-    let op = OperatorProcess::start_with(
-        operator,
-        &[&a.name, &b.name],
-        OperatorOptions {
-            kubeconfig: Some(kubeconfig),
-            ..OperatorOptions::default()
+    // Each on a NodePort no Service holds, none of them on another's.
+    let mut ports = Vec::new();
+    overlay_serves_two_namespaces_only::<Lolcow, Service>(
+        "lolcow-operator",
+        "lc",
+        &[
+            may_not("list", "services", Everywhere),
+            may_not("list", "lolcows", Unwatched),
+        ],
+        async |ns, name, _| {
+            let port = free_node_port(ns, name, &ports).await?;
+            ports.push(port);
+            // Greeted with its namespace's letter.
+            let greeting = name.strip_prefix("in-").unwrap_or("c");
+            Ok(kinds::lolcow(name, port, greeting))
         },
+        kinds::wait_lolcow_ready,
     )
     .await?;
-    let pc = free_node_port(&c, "ignored", &[]).await?;
-    let pa = free_node_port(&a, "in-a", &[pc]).await?;
-    let pb = free_node_port(&b, "in-b", &[pc, pa]).await?;
-    create_value::<Lolcow>(&c, kinds::lolcow("ignored", pc, "c")).await?;
-    create_value::<Lolcow>(&a, kinds::lolcow("in-a", pa, "a")).await?;
-    create_value::<Lolcow>(&b, kinds::lolcow("in-b", pb, "b")).await?;
-    for (ns, name) in [(&a, "in-a"), (&b, "in-b")] {
-        kinds::wait_lolcow_ready(ns, name)
-            .await
-            .with_context(|| format!("operator log:\n{}", op.log()))?;
-    }
-    let ignored = c.api::<Lolcow>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(
-        c.api::<Service>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
     Ok(())
 }
 
 #[tokio::test]
 async fn deploy_namespaced_overlay_pulsar_consumer_serves_two_namespaces_only() -> Result<()> {
-    let operator = "pulsar-consumer-operator";
-    let rules = check_overlay(operator)?;
-    install(operator)?;
-    let a = TestNamespace::restricted("overlay-pc-a").await?;
-    let b = TestNamespace::restricted("overlay-pc-b").await?;
-    let c = TestNamespace::restricted("overlay-pc-c").await?;
-    let (user, kubeconfig) = scoped_identity(operator, &rules, &a, &b).await?;
-    ensure!(!can_i(&user, &["list", "deployments", "--all-namespaces"])?);
-    ensure!(!can_i(&user, &["list", "pulsarconsumers", "-n", &c.name])?);
-    ensure!(can_i(&user, &["patch", "deployments", "-n", &b.name])?);
-    let op = OperatorProcess::start_with(
-        operator,
-        &[&a.name, &b.name],
-        OperatorOptions {
-            kubeconfig: Some(kubeconfig),
-            ..OperatorOptions::default()
-        },
+    overlay_serves_two_namespaces_only::<PulsarConsumer, Deployment>(
+        "pulsar-consumer-operator",
+        "pc",
+        &[
+            may_not("list", "deployments", Everywhere),
+            may_not("list", "pulsarconsumers", Unwatched),
+            may("patch", "deployments", Watched),
+        ],
+        async |_, name, size| Ok(kinds::pulsar_consumer(name, size)),
+        kinds::wait_pulsar_consumer_ready,
     )
     .await?;
-    create_value::<PulsarConsumer>(&c, kinds::pulsar_consumer("ignored", 1)).await?;
-    create_value::<PulsarConsumer>(&a, kinds::pulsar_consumer("in-a", 2)).await?;
-    create_value::<PulsarConsumer>(&b, kinds::pulsar_consumer("in-b", 1)).await?;
-    for (ns, name) in [(&a, "in-a"), (&b, "in-b")] {
-        wait_for(
-            &ns.api::<PulsarConsumer>(),
-            name,
-            |o: Option<&PulsarConsumer>| o.is_some_and(kinds::pulsar_consumer_ready),
-        )
-        .await
-        .with_context(|| format!("operator log:\n{}", op.log()))?;
-    }
-    let ignored = c.api::<PulsarConsumer>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(
-        c.api::<Deployment>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
     Ok(())
 }

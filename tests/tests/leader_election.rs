@@ -2,8 +2,9 @@
 //! reconciling at any moment, and a fast, safe handover.
 
 use anyhow::{Result, bail};
+use e2e::kinds::{podset, wait_podset_replicas_ready};
 use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum};
-use e2e::{TestNamespace, kubectl_ok, poll, unique_suffix, wait_for_within};
+use e2e::{TestNamespace, create_from_json, kubectl_scale, poll, unique_suffix};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -41,46 +42,6 @@ fn reconciles(op: &OperatorProcess) -> f64 {
         .unwrap_or(-1.0)
 }
 
-async fn create_podset(ns: &TestNamespace, name: &str, replicas: i32) -> Result<()> {
-    let ps: PodSet = serde_json::from_value(json!({
-        "apiVersion": "batch.tutorial.kubebuilder.io/v1",
-        "kind": "PodSet",
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas}
-    }))?;
-    ns.api::<PodSet>()
-        .create(&PostParams::default(), &ps)
-        .await?;
-    Ok(())
-}
-
-async fn wait_ready(ns: &TestNamespace, name: &str, replicas: i32, within: Duration) -> Result<()> {
-    wait_for_within(
-        &ns.api::<PodSet>(),
-        name,
-        within,
-        move |ps: Option<&PodSet>| {
-            ps.and_then(|p| p.status.as_ref().map(|s| (p, s)))
-                .is_some_and(|(p, s)| {
-                    s.ready_replicas == replicas && s.observed_generation == p.metadata.generation
-                })
-        },
-    )
-    .await?;
-    Ok(())
-}
-
-fn scale(ns: &TestNamespace, name: &str, replicas: i32) -> Result<()> {
-    kubectl_ok([
-        "scale",
-        &format!("podset/{name}"),
-        &format!("--replicas={replicas}"),
-        "-n",
-        &ns.name,
-    ])?;
-    Ok(())
-}
-
 fn holder(lease: &Lease) -> String {
     lease
         .spec
@@ -113,31 +74,41 @@ async fn elected<'a>(
     }
 }
 
-#[tokio::test]
-async fn a_killed_leader_is_replaced_and_only_one_replica_reconciles() -> Result<()> {
-    let ns = TestNamespace::new("leader-kill").await?;
-    let lease_name = format!("e2e-kill-{}", unique_suffix());
+/// Two replicas, `replica-a` and `replica-b`, electing a leader through the Lease
+/// `e2e-<label>-<suffix>`: the Lease's name, the Leases API, and the two replicas.
+async fn start_two_replicas(
+    ns: &TestNamespace,
+    label: &str,
+) -> Result<(String, Api<Lease>, OperatorProcess, OperatorProcess)> {
+    let lease_name = format!("e2e-{label}-{}", unique_suffix());
     let args = vec![
         "--leader-elect".to_owned(),
         format!("--leader-election-namespace={LEASE_NS}"),
         format!("--leader-election-id={lease_name}"),
     ];
-    let mut a = start_replica(&ns, "replica-a", &args).await?;
-    let mut b = start_replica(&ns, "replica-b", &args).await?;
+    let a = start_replica(ns, "replica-a", &args).await?;
+    let b = start_replica(ns, "replica-b", &args).await?;
     let leases: Api<Lease> = Api::namespaced(ns.client.clone(), LEASE_NS);
+    Ok((lease_name, leases, a, b))
+}
+
+#[tokio::test]
+async fn a_killed_leader_is_replaced_and_only_one_replica_reconciles() -> Result<()> {
+    let ns = TestNamespace::new("leader-kill").await?;
+    let (lease_name, leases, mut a, mut b) = start_two_replicas(&ns, "kill").await?;
     let (leader, standby) = elected(&leases, &lease_name, &mut a, &mut b).await?;
     let old = holder(&leases.get(&lease_name).await?);
 
-    create_podset(&ns, "ha", 2).await?;
-    wait_ready(&ns, "ha", 2, Duration::from_secs(60)).await?;
+    create_from_json::<PodSet>(&ns, podset("ha", 2)).await?;
+    wait_podset_replicas_ready(&ns, "ha", 2, Duration::from_secs(60)).await?;
     assert!(reconciles(leader) > 0.0);
     assert_eq!(reconciles(standby), 0.0, "the standby must not reconcile");
 
     // kill -9: no release; the standby takes over once the lease expires
     // (15 s) and then reconciles a change made meanwhile.
     leader.kill();
-    scale(&ns, "ha", 4)?;
-    wait_ready(&ns, "ha", 4, Duration::from_secs(15 + 15)).await?;
+    kubectl_scale(&ns, "podset", "ha", 4)?;
+    wait_podset_replicas_ready(&ns, "ha", 4, Duration::from_secs(15 + 15)).await?;
     assert!(reconciles(standby) > 0.0, "the new leader reconciled");
     let new = holder(&leases.get(&lease_name).await?);
     assert!(!new.is_empty() && new != old, "lease still held by {new}");
@@ -148,20 +119,12 @@ async fn a_killed_leader_is_replaced_and_only_one_replica_reconciles() -> Result
 #[tokio::test]
 async fn a_terminated_leader_hands_over_at_once() -> Result<()> {
     let ns = TestNamespace::new("leader-term").await?;
-    let lease_name = format!("e2e-term-{}", unique_suffix());
-    let args = vec![
-        "--leader-elect".to_owned(),
-        format!("--leader-election-namespace={LEASE_NS}"),
-        format!("--leader-election-id={lease_name}"),
-    ];
-    let mut a = start_replica(&ns, "replica-a", &args).await?;
-    let mut b = start_replica(&ns, "replica-b", &args).await?;
-    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), LEASE_NS);
+    let (lease_name, leases, mut a, mut b) = start_two_replicas(&ns, "term").await?;
     let (leader, standby) = elected(&leases, &lease_name, &mut a, &mut b).await?;
     let old = holder(&leases.get(&lease_name).await?);
 
-    create_podset(&ns, "handover", 1).await?;
-    wait_ready(&ns, "handover", 1, Duration::from_secs(60)).await?;
+    create_from_json::<PodSet>(&ns, podset("handover", 1)).await?;
+    wait_podset_replicas_ready(&ns, "handover", 1, Duration::from_secs(60)).await?;
     assert_eq!(reconciles(standby), 0.0, "the standby must not reconcile");
 
     // SIGTERM: the leader releases the lease, so the standby (retrying every
@@ -182,8 +145,8 @@ async fn a_terminated_leader_hands_over_at_once() -> Result<()> {
         takeover < Duration::from_secs(5),
         "takeover took {takeover:?}: the lease was not released"
     );
-    scale(&ns, "handover", 3)?;
-    wait_ready(&ns, "handover", 3, Duration::from_secs(30)).await?;
+    kubectl_scale(&ns, "podset", "handover", 3)?;
+    wait_podset_replicas_ready(&ns, "handover", 3, Duration::from_secs(30)).await?;
     leases.delete(&lease_name, &DeleteParams::default()).await?;
     Ok(())
 }
@@ -227,15 +190,15 @@ async fn leader_for_life_is_held_until_the_leaders_pod_is_gone() -> Result<()> {
     );
     let b = start_replica(&ns, &pod_b, &args).await?;
 
-    create_podset(&ns, "life", 1).await?;
-    wait_ready(&ns, "life", 1, Duration::from_secs(60)).await?;
+    create_from_json::<PodSet>(&ns, podset("life", 1)).await?;
+    wait_podset_replicas_ready(&ns, "life", 1, Duration::from_secs(60)).await?;
     assert!(reconciles(&a) > 0.0);
     assert_eq!(reconciles(&b), 0.0);
 
     // The leader's process dies, but its Pod object is still there: no
     // takeover (a node cut off from the cluster looks like this).
     a.kill();
-    scale(&ns, "life", 2)?;
+    kubectl_scale(&ns, "podset", "life", 2)?;
     poll(
         "the standby waiting on the live pod",
         Duration::from_secs(30),
@@ -248,7 +211,7 @@ async fn leader_for_life_is_held_until_the_leaders_pod_is_gone() -> Result<()> {
 
     // The Pod object goes: the standby takes the lock and converges the change.
     pods.delete(&pod_a, &DeleteParams::default()).await?;
-    wait_ready(&ns, "life", 2, Duration::from_secs(60)).await?;
+    wait_podset_replicas_ready(&ns, "life", 2, Duration::from_secs(60)).await?;
     let lock = locks.get(&lock_name).await?;
     let owner = lock.metadata.owner_references.unwrap_or_default();
     assert_eq!(owner.first().map(|o| o.name.as_str()), Some(pod_b.as_str()));

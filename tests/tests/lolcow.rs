@@ -5,9 +5,13 @@
 //! port if one was taken meanwhile (except where the conflict is the point of the test).
 
 use anyhow::{Context as _, Result};
-use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum};
+use e2e::kinds::{
+    LOLCOW, assert_all_creates_rejected, free_node_port, named_bad, wait_lolcow_ready,
+};
+use e2e::operator::{OperatorOptions, OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
-    TIMEOUT, TestNamespace, can_i, dynamic_api, kubectl_ok, poll, wait_for, wait_for_within,
+    TIMEOUT, TestNamespace, assert_never_reconciled, can_i, create_from_json, kubectl_ok, wait_for,
+    wait_for_within,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -15,11 +19,9 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::DynamicObject;
 use lolcow_operator::api::Lolcow;
 use lolcow_operator::desired::fortune_for;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 
 const OPERATOR: &str = "lolcow-operator";
 
@@ -37,11 +39,7 @@ fn lolcow(name: &str, port: i32, greeting: Option<&str>) -> Value {
 }
 
 async fn create(ns: &TestNamespace, manifest: Value) -> Result<Lolcow> {
-    let obj: Lolcow = serde_json::from_value(manifest)?;
-    Ok(ns
-        .api::<Lolcow>()
-        .create(&PostParams::default(), &obj)
-        .await?)
+    create_from_json(ns, manifest).await
 }
 
 async fn patch_spec(ns: &TestNamespace, name: &str, spec: Value) -> Result<Lolcow> {
@@ -53,33 +51,6 @@ async fn patch_spec(ns: &TestNamespace, name: &str, spec: Value) -> Result<Lolco
             &Patch::Merge(json!({ "spec": spec })),
         )
         .await?)
-}
-
-fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// A NodePort no Service of the cluster holds, derived from the namespace's name and
-/// `salt` (so parallel tests start far apart), not one of `avoid`.
-async fn free_node_port(ns: &TestNamespace, salt: &str, avoid: &[i32]) -> Result<i32> {
-    let used: BTreeSet<i32> = Api::<Service>::all(ns.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
-        .flatten()
-        .filter_map(|p| p.node_port)
-        .chain(avoid.iter().copied())
-        .collect();
-    let span = 32767 - 30000 + 1;
-    let start = i32::try_from(fnv(&format!("{}/{salt}", ns.name)) % span as u64)?;
-    (0..span)
-        .map(|i| 30000 + (start + i) % span)
-        .find(|p| !used.contains(p))
-        .context("every NodePort is taken")
 }
 
 fn ready(lc: &Lolcow) -> Option<&Condition> {
@@ -94,33 +65,6 @@ fn current(lc: &Lolcow) -> bool {
     lc.status
         .as_ref()
         .is_some_and(|s| s.observed_generation == lc.metadata.generation)
-}
-
-/// Waits until the Lolcow is Ready for its current generation and serves `spec.port`.
-/// A port another test took meanwhile is not the point here: it moves to a free one.
-async fn wait_ready(ns: &TestNamespace, name: &str) -> Result<Lolcow> {
-    let api: Api<Lolcow> = ns.api();
-    poll(&format!("Lolcow {name} Ready"), TIMEOUT, || async {
-        let lc = api.get(name).await?;
-        if !current(&lc) {
-            return Ok(None);
-        }
-        match ready(&lc) {
-            Some(c)
-                if c.status == "True"
-                    && lc.status.as_ref().and_then(|s| s.port) == Some(lc.spec.port) =>
-            {
-                Ok(Some(lc))
-            }
-            Some(c) if c.reason == "PortConflict" => {
-                let port = free_node_port(ns, &c.message, &[lc.spec.port]).await?;
-                patch_spec(ns, name, json!({ "port": port })).await?;
-                Ok(None)
-            }
-            _ => Ok(None),
-        }
-    })
-    .await
 }
 
 fn container_env(dep: &Deployment, var: &str) -> Option<String> {
@@ -143,34 +87,11 @@ fn service_node_port(svc: &Service) -> Option<i32> {
     svc.spec.as_ref()?.ports.as_ref()?.first()?.node_port
 }
 
-fn reconciles(op: &OperatorProcess) -> Result<f64> {
-    Ok(metric_sum(
-        &op.metrics()?,
-        "controller_runtime_reconcile_total",
-        &[("controller", "lolcow")],
-    ))
-}
+/// The operator's reconciles of Lolcows.
+const LOLCOW_RECONCILES: &[(&str, &str)] = &[("controller", "lolcow")];
 
-/// Changes an annotation (not the spec) and waits until the operator has reconciled
-/// since: the counter in `/metrics` moved.
-async fn touch_and_wait_reconcile(
-    ns: &TestNamespace,
-    op: &OperatorProcess,
-    name: &str,
-    value: &str,
-) -> Result<()> {
-    let before = reconciles(op)?;
-    ns.api::<Lolcow>()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": value}}})),
-        )
-        .await?;
-    poll("a reconcile after the touch", TIMEOUT, || async {
-        Ok((reconciles(op)? > before).then_some(()))
-    })
-    .await
+fn reconciles(op: &OperatorProcess) -> Result<f64> {
+    op.reconciles(LOLCOW_RECONCILES)
 }
 
 async fn events_about(ns: &TestNamespace, name: &str) -> Result<Vec<Event>> {
@@ -214,7 +135,7 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
     // Create converges to Ready, with a manifest as written for the Go operator.
     let port = free_node_port(&ns, "first", &[]).await?;
     create(&ns, lolcow("moo", port, Some("Hello, cluster!"))).await?;
-    let lc = wait_ready(&ns, "moo").await?;
+    let lc = wait_lolcow_ready(&ns, "moo").await?;
     let status = lc.status.clone().unwrap_or_default();
     assert_eq!(status.greeting.as_deref(), Some("Hello, cluster!"));
     assert_eq!(status.path.as_deref(), Some("/"));
@@ -284,7 +205,7 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
     // A port change updates the Service.
     let new_port = free_node_port(&ns, "second", &[port]).await?;
     patch_spec(&ns, "moo", json!({ "port": new_port })).await?;
-    let lc = wait_ready(&ns, "moo").await?;
+    let lc = wait_lolcow_ready(&ns, "moo").await?;
     let port = lc.spec.port;
     assert_ne!(port, sport.node_port.unwrap_or_default());
     assert_eq!(
@@ -308,7 +229,7 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
         d.is_some_and(|d| d.metadata.uid != old_dep_uid)
     })
     .await?;
-    wait_ready(&ns, "moo").await?;
+    wait_lolcow_ready(&ns, "moo").await?;
 
     // Edited children are reverted: replicas, greeting, and labels the watch selects on.
     kubectl_ok(["scale", "deployment/moo", "--replicas=3", "-n", &ns.name])?;
@@ -340,7 +261,7 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
             .is_some_and(|v| v == OPERATOR)
     })
     .await?;
-    wait_ready(&ns, "moo").await?;
+    wait_lolcow_ready(&ns, "moo").await?;
 
     // Deleting the Lolcow garbage-collects its children.
     ns.api::<Lolcow>()
@@ -357,14 +278,14 @@ async fn lolcow_greeting_change_rolls_and_logs() -> Result<()> {
     let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
     let port = free_node_port(&ns, "greet", &[]).await?;
     create(&ns, lolcow("talker", port, Some("Hello"))).await?;
-    wait_ready(&ns, "talker").await?;
+    wait_lolcow_ready(&ns, "talker").await?;
     let deployments: Api<Deployment> = ns.api();
     let before = deployments.get("talker").await?;
     assert_eq!(container_env(&before, "GREETING").as_deref(), Some("Hello"));
 
     // A greeting change rolls the Deployment and is logged with the old and new values.
     patch_spec(&ns, "talker", json!({ "greeting": "Howdy" })).await?;
-    let lc = wait_ready(&ns, "talker").await?;
+    let lc = wait_lolcow_ready(&ns, "talker").await?;
     assert_eq!(
         lc.status.unwrap_or_default().greeting.as_deref(),
         Some("Howdy")
@@ -382,7 +303,7 @@ async fn lolcow_greeting_change_rolls_and_logs() -> Result<()> {
 
     // An empty greeting: a fortune, stable for the object, reported in the status.
     patch_spec(&ns, "talker", json!({ "greeting": "" })).await?;
-    let lc = wait_ready(&ns, "talker").await?;
+    let lc = wait_lolcow_ready(&ns, "talker").await?;
     let fortune = fortune_for(lc.metadata.uid.as_deref().unwrap_or_default());
     assert_eq!(
         lc.status.unwrap_or_default().greeting.as_deref(),
@@ -401,7 +322,7 @@ async fn lolcow_at_rest_writes_nothing() -> Result<()> {
     let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
     let port = free_node_port(&ns, "idle", &[]).await?;
     create(&ns, lolcow("idle", port, None)).await?;
-    let lc = wait_ready(&ns, "idle").await?;
+    let lc = wait_lolcow_ready(&ns, "idle").await?;
     let rvs = || async {
         let d = ns.api::<Deployment>().get("idle").await?;
         let s = ns.api::<Service>().get("idle").await?;
@@ -410,7 +331,7 @@ async fn lolcow_at_rest_writes_nothing() -> Result<()> {
     let before = rvs().await?;
     let log_before = op.log().lines().count();
 
-    touch_and_wait_reconcile(&ns, &op, "idle", "1").await?;
+    touch_and_wait_reconcile(&ns.api::<Lolcow>(), &op, "idle", "1", LOLCOW_RECONCILES).await?;
 
     let after = ns.api::<Lolcow>().get("idle").await?;
     assert_eq!(after.status, lc.status, "status must not be rewritten");
@@ -479,7 +400,8 @@ async fn lolcow_port_conflict_is_reported_once_and_recovers() -> Result<()> {
     // status writes; no hot loop (the counter moves only as much as we poke it).
     let start = reconciles(&op)?;
     for i in 0..3 {
-        touch_and_wait_reconcile(&ns, &op, "late", &i.to_string()).await?;
+        let value = i.to_string();
+        touch_and_wait_reconcile(&api, &op, "late", &value, LOLCOW_RECONCILES).await?;
     }
     let window = reconciles(&op)? - start;
     assert!(
@@ -501,7 +423,7 @@ async fn lolcow_port_conflict_is_reported_once_and_recovers() -> Result<()> {
     // Fixing the port recovers.
     let fixed = free_node_port(&ns, "fixed", &[taken]).await?;
     patch_spec(&ns, "late", json!({ "port": fixed })).await?;
-    let lc = wait_ready(&ns, "late").await?;
+    let lc = wait_lolcow_ready(&ns, "late").await?;
     assert_eq!(
         service_node_port(&services.get("late").await?),
         Some(lc.spec.port)
@@ -539,7 +461,6 @@ async fn lolcow_port_conflict_is_reported_once_and_recovers() -> Result<()> {
 #[tokio::test]
 async fn lolcow_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
     let ns = TestNamespace::new("lolcow-invalid").await?;
-    let api: Api<DynamicObject> = dynamic_api(&ns, "my.domain", "v1alpha1", "Lolcow", "lolcows");
     e2e::operator::install(OPERATOR)?;
     let cases = [
         (json!({}), "spec.port"),
@@ -553,16 +474,7 @@ async fn lolcow_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
         ),
         (json!({"port": 30080, "greeting": 42}), "spec.greeting"),
     ];
-    for (i, (spec, field)) in cases.into_iter().enumerate() {
-        let manifest = json!({
-            "apiVersion": "my.domain/v1alpha1",
-            "kind": "Lolcow",
-            "metadata": {"name": format!("bad-{i}")},
-            "spec": spec,
-        });
-        e2e::assert_create_rejected(&api, manifest, field).await?;
-    }
-    assert!(api.list(&ListParams::default()).await?.items.is_empty());
+    assert_all_creates_rejected(&ns, &LOLCOW, named_bad(cases)).await?;
     Ok(())
 }
 
@@ -577,17 +489,8 @@ async fn lolcow_outside_watch_namespace_is_untouched() -> Result<()> {
     create(&watched, lolcow("seen", seen_port, None)).await?;
     // Once the watched one converged, the operator has been running and listening; the
     // other namespace's object must have no status and no children.
-    wait_ready(&watched, "seen").await?;
-    let ignored = other.api::<Lolcow>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(
-        other
-            .api::<Deployment>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
+    wait_lolcow_ready(&watched, "seen").await?;
+    assert_never_reconciled::<Lolcow, Deployment>(&other, "ignored").await?;
     assert!(
         other
             .api::<Service>()

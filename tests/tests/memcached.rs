@@ -1,35 +1,24 @@
 //! The Memcached operator on a real cluster, run with its own ServiceAccount.
 
 use anyhow::Result;
-use e2e::operator::{OperatorProcess, metric_sum};
-use e2e::{TIMEOUT, TestNamespace, dynamic_api, kubectl_ok, poll, wait_for};
+use e2e::kinds::{MEMCACHED, assert_all_creates_rejected, memcached};
+use e2e::operator::{OperatorProcess, touch_and_wait_reconcile};
+use e2e::{
+    TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_scale, poll,
+    wait_for, wait_until,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::DynamicObject;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use memcached_operator::api::Memcached;
 use serde_json::{Value, json};
 
 const OPERATOR: &str = "memcached-operator";
 const FINALIZER: &str = "cache.example.com/finalizer";
 
-/// A manifest as the operator-sdk tutorial writes it.
-fn memcached(name: &str, size: i64) -> Value {
-    json!({
-        "apiVersion": "cache.example.com/v1alpha1",
-        "kind": "Memcached",
-        "metadata": {"name": name},
-        "spec": {"size": size}
-    })
-}
-
 async fn create(ns: &TestNamespace, manifest: Value) -> Result<Memcached> {
-    let obj: Memcached = serde_json::from_value(manifest)?;
-    Ok(ns
-        .api::<Memcached>()
-        .create(&PostParams::default(), &obj)
-        .await?)
+    create_from_json(ns, manifest).await
 }
 
 fn condition(mc: &Memcached, type_: &str) -> Option<(String, String)> {
@@ -44,23 +33,19 @@ fn condition(mc: &Memcached, type_: &str) -> Option<(String, String)> {
 /// Waits until the Memcached is Available with `size` ready pods for its current
 /// generation and no longer Progressing.
 async fn wait_available(ns: &TestNamespace, name: &str, size: i32) -> Result<Memcached> {
-    let api: Api<Memcached> = ns.api();
-    let mc = wait_for(&api, name, move |mc: Option<&Memcached>| {
-        mc.is_some_and(|mc| {
-            let Some(status) = &mc.status else {
-                return false;
-            };
-            status.observed_generation == mc.metadata.generation
-                && status.ready_replicas == size
-                && status.replicas == size
-                && status.nodes.len() == size as usize
-                && condition(mc, "Available").is_some_and(|(s, _)| s == "True")
-                && condition(mc, "Progressing").is_some_and(|(s, _)| s == "False")
-                && condition(mc, "Degraded").is_some_and(|(s, _)| s == "False")
-        })
+    wait_until(&ns.api(), name, move |mc: &Memcached| {
+        let Some(status) = &mc.status else {
+            return false;
+        };
+        status.observed_generation == mc.metadata.generation
+            && status.ready_replicas == size
+            && status.replicas == size
+            && status.nodes.len() == size as usize
+            && condition(mc, "Available").is_some_and(|(s, _)| s == "True")
+            && condition(mc, "Progressing").is_some_and(|(s, _)| s == "False")
+            && condition(mc, "Degraded").is_some_and(|(s, _)| s == "False")
     })
-    .await?;
-    mc.ok_or_else(|| anyhow::anyhow!("Memcached {name} vanished"))
+    .await
 }
 
 /// Names of the live (not terminating) pods of the Memcached's Deployment, sorted.
@@ -88,17 +73,6 @@ async fn wait_nodes_match_pods(ns: &TestNamespace, name: &str, size: usize) -> R
         Ok((nodes == pods && pods.len() == size).then_some(nodes))
     })
     .await
-}
-
-fn scale(ns: &TestNamespace, name: &str, replicas: i32) -> Result<()> {
-    kubectl_ok([
-        "scale",
-        &format!("memcached/{name}"),
-        &format!("--replicas={replicas}"),
-        "-n",
-        &ns.name,
-    ])?;
-    Ok(())
 }
 
 fn container_port(d: &Deployment) -> Option<i32> {
@@ -203,10 +177,10 @@ async fn memcached_converges_scales_and_repairs() -> Result<()> {
     );
 
     // `kubectl scale` works through the scale subresource; status.nodes follows the pods.
-    scale(&ns, "cache", 3)?;
+    kubectl_scale(&ns, "memcached", "cache", 3)?;
     wait_available(&ns, "cache", 3).await?;
     wait_nodes_match_pods(&ns, "cache", 3).await?;
-    scale(&ns, "cache", 1)?;
+    kubectl_scale(&ns, "memcached", "cache", 1)?;
     wait_available(&ns, "cache", 1).await?;
     wait_nodes_match_pods(&ns, "cache", 1).await?;
     assert_eq!(replicas(&deployments.get("cache").await?), Some(1));
@@ -375,19 +349,7 @@ async fn memcached_at_rest_writes_nothing() -> Result<()> {
 
     // Trigger a reconcile without changing the spec: touch an annotation, then wait
     // until the operator has reconciled it (its counter moves).
-    let reconciles = |text: &str| metric_sum(text, "controller_runtime_reconcile_total", &[]);
-    let count = reconciles(&op.metrics()?);
-    ns.api::<Memcached>()
-        .patch(
-            "idle",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
-        )
-        .await?;
-    poll("a reconcile after the touch", TIMEOUT, || async {
-        Ok((reconciles(&op.metrics()?) > count).then_some(()))
-    })
-    .await?;
+    touch_and_wait_reconcile(&ns.api::<Memcached>(), &op, "idle", "1", &[]).await?;
 
     let after = ns.api::<Memcached>().get("idle").await?;
     assert_eq!(after.status, mc.status, "status must not be rewritten");
@@ -403,13 +365,6 @@ async fn memcached_at_rest_writes_nothing() -> Result<()> {
 #[tokio::test]
 async fn memcached_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
     let ns = TestNamespace::new("memcached-invalid").await?;
-    let api: Api<DynamicObject> = dynamic_api(
-        &ns,
-        "cache.example.com",
-        "v1alpha1",
-        "Memcached",
-        "memcacheds",
-    );
     e2e::operator::install(OPERATOR)?;
     let cases = [
         ("bad", json!({"size": -1}), "spec.size"),
@@ -434,16 +389,8 @@ async fn memcached_invalid_objects_are_rejected_naming_the_field() -> Result<()>
         ("bad.name", json!({"size": 1}), "metadata.name"),
         ("9lives", json!({"size": 1}), "metadata.name"),
     ];
-    for (name, spec, field) in cases {
-        let manifest = json!({
-            "apiVersion": "cache.example.com/v1alpha1",
-            "kind": "Memcached",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        e2e::assert_create_rejected(&api, manifest, field).await?;
-    }
-    assert!(api.list(&ListParams::default()).await?.items.is_empty());
+    let cases = cases.map(|(name, spec, field)| (name.to_owned(), spec, field));
+    assert_all_creates_rejected(&ns, &MEMCACHED, cases).await?;
     Ok(())
 }
 
@@ -457,16 +404,7 @@ async fn memcached_outside_watch_namespace_is_untouched() -> Result<()> {
     // Once the watched one converged, the operator has been running and listening; the
     // other namespace's object must have no status, no finalizer and no children.
     wait_available(&watched, "seen", 1).await?;
-    let ignored = other.api::<Memcached>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(ignored.metadata.finalizers.unwrap_or_default().is_empty());
-    assert!(
-        other
-            .api::<Deployment>()
-            .get_opt("ignored")
-            .await?
-            .is_none()
-    );
+    assert_never_reconciled::<Memcached, Deployment>(&other, "ignored").await?;
     assert!(other.api::<Service>().get_opt("ignored").await?.is_none());
     Ok(())
 }

@@ -1,86 +1,59 @@
 //! The PodSet operator on a real cluster, run with its own ServiceAccount.
 
 use anyhow::Result;
-use e2e::operator::{OperatorProcess, metric_sum};
-use e2e::{TIMEOUT, TestNamespace, dynamic_api, kubectl_ok, poll, wait_for};
-use futures::StreamExt;
+use e2e::kinds::{PODSET, assert_all_creates_rejected, named_bad, podset};
+use e2e::operator::{OperatorProcess, metric_sum, touch_and_wait_reconcile};
+use e2e::{
+    PodWatch, TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_ok,
+    kubectl_scale, live_pods_controlled_by, poll, wait_for, wait_until,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::DynamicObject;
-use kube::runtime::watcher;
 use podset_operator::api::PodSet;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 const OPERATOR: &str = "podset-operator";
 
-fn podset(name: &str, replicas: i64) -> Value {
-    json!({
-        "apiVersion": "batch.tutorial.kubebuilder.io/v1",
-        "kind": "PodSet",
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas}
-    })
-}
-
 async fn create(ns: &TestNamespace, manifest: Value) -> Result<PodSet> {
-    let obj: PodSet = serde_json::from_value(manifest)?;
-    Ok(ns
-        .api::<PodSet>()
-        .create(&PostParams::default(), &obj)
-        .await?)
+    create_from_json(ns, manifest).await
 }
 
 /// Waits until the PodSet reports `replicas` ready pods for its current generation.
 async fn wait_ready(ns: &TestNamespace, name: &str, replicas: i32) -> Result<PodSet> {
-    let api: Api<PodSet> = ns.api();
-    let ps = wait_for(&api, name, move |ps: Option<&PodSet>| {
-        ps.is_some_and(|ps| {
-            let Some(status) = &ps.status else {
-                return false;
-            };
-            status.observed_generation == ps.metadata.generation
-                && status.ready_replicas == replicas
-                && status.replicas == replicas
-                && status.pod_names.len() == replicas as usize
-                && status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
+    wait_until(&ns.api(), name, move |ps: &PodSet| {
+        let Some(status) = &ps.status else {
+            return false;
+        };
+        status.observed_generation == ps.metadata.generation
+            && status.ready_replicas == replicas
+            && status.replicas == replicas
+            && status.pod_names.len() == replicas as usize
+            && status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
     })
-    .await?;
-    ps.ok_or_else(|| anyhow::anyhow!("PodSet {name} vanished"))
+    .await
 }
 
 async fn owned_pods(ns: &TestNamespace, owner: &PodSet) -> Result<Vec<Pod>> {
-    let uid = owner.metadata.uid.clone().unwrap_or_default();
-    let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
-    Ok(pods
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == uid && o.controller == Some(true))
-        })
-        .collect())
+    live_pods_controlled_by(ns, owner.metadata.uid.as_deref().unwrap_or_default()).await
 }
 
-fn scale(ns: &TestNamespace, name: &str, replicas: i32) -> Result<()> {
-    kubectl_ok([
-        "scale",
-        &format!("podset/{name}"),
-        &format!("--replicas={replicas}"),
-        "-n",
-        &ns.name,
-    ])?;
-    Ok(())
+/// The resourceVersion of each live pod of the PodSet, by name.
+async fn pod_versions(ns: &TestNamespace, owner: &PodSet) -> Result<BTreeMap<String, String>> {
+    Ok(owned_pods(ns, owner)
+        .await?
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.metadata.resource_version.unwrap_or_default(),
+            )
+        })
+        .collect())
 }
 
 #[tokio::test]
@@ -117,9 +90,9 @@ async fn podset_converges_scales_and_repairs() -> Result<()> {
     }
 
     // The scale subresource: `kubectl scale` works, up and down.
-    scale(&ns, "demo", 5)?;
+    kubectl_scale(&ns, "podset", "demo", 5)?;
     wait_ready(&ns, "demo", 5).await?;
-    scale(&ns, "demo", 2)?;
+    kubectl_scale(&ns, "podset", "demo", 2)?;
     let ps = wait_ready(&ns, "demo", 2).await?;
     assert_eq!(owned_pods(&ns, &ps).await?.len(), 2);
 
@@ -183,45 +156,15 @@ async fn podset_at_rest_writes_nothing() -> Result<()> {
     create(&ns, podset("idle", 3)).await?;
     let ps = wait_ready(&ns, "idle", 3).await?;
     let before_status = ps.status.clone();
-    let before_rv: BTreeMap<String, String> = owned_pods(&ns, &ps)
-        .await?
-        .into_iter()
-        .map(|p| {
-            (
-                p.metadata.name.unwrap_or_default(),
-                p.metadata.resource_version.unwrap_or_default(),
-            )
-        })
-        .collect();
+    let before_rv = pod_versions(&ns, &ps).await?;
 
     // Trigger a reconcile without changing the spec: touch an annotation,
     // then wait until the operator has reconciled it (its counter moves).
-    let reconciles = |text: &str| metric_sum(text, "controller_runtime_reconcile_total", &[]);
-    let before = reconciles(&op.metrics()?);
-    ns.api::<PodSet>()
-        .patch(
-            "idle",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
-        )
-        .await?;
-    poll("a reconcile after the touch", TIMEOUT, || async {
-        Ok((reconciles(&op.metrics()?) > before).then_some(()))
-    })
-    .await?;
+    touch_and_wait_reconcile(&ns.api::<PodSet>(), &op, "idle", "1", &[]).await?;
 
     let after = ns.api::<PodSet>().get("idle").await?;
     assert_eq!(after.status, before_status, "status must not be rewritten");
-    let after_rv: BTreeMap<String, String> = owned_pods(&ns, &after)
-        .await?
-        .into_iter()
-        .map(|p| {
-            (
-                p.metadata.name.unwrap_or_default(),
-                p.metadata.resource_version.unwrap_or_default(),
-            )
-        })
-        .collect();
+    let after_rv = pod_versions(&ns, &after).await?;
     assert_eq!(before_rv, after_rv, "pods must not be written");
     Ok(())
 }
@@ -235,43 +178,11 @@ async fn podset_never_overshoots_under_rapid_scaling() -> Result<()> {
 
     // Watch every pod of the namespace: the highest number of live
     // (non-terminating) pods ever seen, and every pod ever created.
-    #[derive(Default)]
-    struct Seen {
-        live: BTreeSet<String>,
-        max_live: usize,
-        ever: BTreeSet<String>,
-    }
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let watch = {
-        let seen = Arc::clone(&seen);
-        let stream = watcher(ns.api::<Pod>(), watcher::Config::default());
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                let Ok(mut s) = seen.lock() else { return };
-                match event {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        let uid = p.metadata.uid.clone().unwrap_or_default();
-                        s.ever.insert(uid.clone());
-                        if p.metadata.deletion_timestamp.is_none() {
-                            s.live.insert(uid);
-                        } else {
-                            s.live.remove(&uid);
-                        }
-                        s.max_live = s.max_live.max(s.live.len());
-                    }
-                    Ok(watcher::Event::Delete(p)) => {
-                        s.live.remove(&p.metadata.uid.unwrap_or_default());
-                    }
-                    _ => {}
-                }
-            }
-        })
-    };
+    let watch = PodWatch::start(&ns);
 
     // 0 -> 20, with a burst of unrelated updates so that reconciles run
     // while the operator's cache has not yet seen its own creates.
-    scale(&ns, "burst", 20)?;
+    kubectl_scale(&ns, "podset", "burst", 20)?;
     let api: Api<PodSet> = ns.api();
     for i in 0..10 {
         api.patch(
@@ -283,35 +194,28 @@ async fn podset_never_overshoots_under_rapid_scaling() -> Result<()> {
     }
     wait_ready(&ns, "burst", 20).await?;
     {
-        let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let s = watch.census()?;
         assert_eq!(s.ever.len(), 20, "exactly 20 pods were ever created");
         assert!(s.max_live <= 20, "saw {} live pods", s.max_live);
     }
 
     // 20 -> 3 -> 15 quickly.
-    scale(&ns, "burst", 3)?;
+    kubectl_scale(&ns, "podset", "burst", 3)?;
     tokio::time::sleep(Duration::from_millis(300)).await; // let the scale-down begin
-    scale(&ns, "burst", 15)?;
+    kubectl_scale(&ns, "podset", "burst", 15)?;
     let ps = wait_ready(&ns, "burst", 15).await?;
     assert_eq!(owned_pods(&ns, &ps).await?.len(), 15);
     {
-        let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let s = watch.census()?;
         assert!(s.max_live <= 20, "saw {} live pods", s.max_live);
     }
-    watch.abort();
+    drop(watch);
     Ok(())
 }
 
 #[tokio::test]
 async fn podset_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
     let ns = TestNamespace::new("podset-invalid").await?;
-    let api: Api<DynamicObject> = dynamic_api(
-        &ns,
-        "batch.tutorial.kubebuilder.io",
-        "v1",
-        "PodSet",
-        "podsets",
-    );
     e2e::operator::install(OPERATOR)?;
     let cases = [
         (json!({"replicas": -1}), "spec.replicas"),
@@ -329,16 +233,7 @@ async fn podset_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
         (json!("three pods"), "spec"),
         (Value::Null, "spec"),
     ];
-    for (i, (spec, field)) in cases.into_iter().enumerate() {
-        let manifest = json!({
-            "apiVersion": "batch.tutorial.kubebuilder.io/v1",
-            "kind": "PodSet",
-            "metadata": {"name": format!("bad-{i}")},
-            "spec": spec,
-        });
-        e2e::assert_create_rejected(&api, manifest, field).await?;
-    }
-    assert!(api.list(&ListParams::default()).await?.items.is_empty());
+    assert_all_creates_rejected(&ns, &PODSET, named_bad(cases)).await?;
     Ok(())
 }
 
@@ -352,16 +247,7 @@ async fn podset_outside_watch_namespace_is_untouched() -> Result<()> {
     // Once the watched one converged, the operator has been running and
     // listening; the other namespace's object must have no status and no pods.
     wait_ready(&watched, "seen", 1).await?;
-    let ignored = other.api::<PodSet>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(
-        other
-            .api::<Pod>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
+    assert_never_reconciled::<PodSet, Pod>(&other, "ignored").await?;
     Ok(())
 }
 
@@ -398,15 +284,7 @@ async fn podset_watches_several_namespaces_and_only_those() -> Result<()> {
     create(&b, podset("in-b", 1)).await?;
     wait_ready(&a, "in-a", 2).await?;
     wait_ready(&b, "in-b", 1).await?;
-    let ignored = c.api::<PodSet>().get("ignored").await?;
-    assert!(ignored.status.is_none());
-    assert!(
-        c.api::<Pod>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
+    assert_never_reconciled::<PodSet, Pod>(&c, "ignored").await?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@
 //! Every test has its own topic and subscription. The restart test holds the
 //! broker exclusively; the others share it and may run in parallel.
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use e2e::poll;
 use e2e::pulsar::{
     ConsumerProcess, Received, broker_port, exclusive_broker, expected_payloads, payload_counts,
@@ -282,19 +282,8 @@ async fn consumers_survive_a_broker_restart() -> Result<()> {
 
     // Both notice the outage ...
     for c in [&mut a, &mut b] {
-        let name = c.name.clone();
-        let result = poll(&format!("{name} /healthz 503"), TIMEOUT, || {
-            let running = c.check_running();
-            let code = c.healthz();
-            async move {
-                running?;
-                Ok((code == Some(503)).then_some(()))
-            }
-        })
-        .await;
-        if let Err(e) = result {
-            bail!("{e:#}\nlog of {name}:\n{}", c.log_tail(30));
-        }
+        let what = format!("{} /healthz 503", c.name);
+        c.wait_healthz(&what, 503, TIMEOUT).await?;
     }
     let (url, _broker) = restart.await.context("restart task")?;
     let url = url?;

@@ -3,9 +3,13 @@
 //! Pods are simulated (kwok): the consumers never connect to a broker, the tests check what
 //! the API server stores (the Deployment, its pods, the custom resource's status).
 
-use anyhow::{Context, Result, anyhow};
-use e2e::operator::{OperatorProcess, metric_sum};
-use e2e::{TIMEOUT, TestNamespace, dynamic_api, kubectl_ok, poll, repo_root, target_dir, wait_for};
+use anyhow::{Context, Result};
+use e2e::kinds::wait_pulsar_consumer_ready;
+use e2e::operator::{OperatorProcess, metric_sum, touch_and_wait_reconcile};
+use e2e::{
+    TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, dynamic_api, kubectl_ok,
+    kubectl_scale, poll, repo_root, target_dir, wait_for,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -48,36 +52,7 @@ fn sample_spec(replicas: i64) -> Value {
 }
 
 async fn create(ns: &TestNamespace, manifest: Value) -> Result<PulsarConsumer> {
-    let obj: PulsarConsumer = serde_json::from_value(manifest)?;
-    Ok(ns
-        .api::<PulsarConsumer>()
-        .create(&PostParams::default(), &obj)
-        .await?)
-}
-
-/// Waits until the PulsarConsumer's status describes its current spec: Ready, every wanted
-/// consumer ready, and the deployed server, topic and subscription equal to the spec's.
-async fn wait_ready(ns: &TestNamespace, name: &str) -> Result<PulsarConsumer> {
-    let api: Api<PulsarConsumer> = ns.api();
-    let pc = wait_for(&api, name, |pc: Option<&PulsarConsumer>| {
-        pc.is_some_and(|pc| {
-            let Some(status) = &pc.status else {
-                return false;
-            };
-            status.observed_generation == pc.metadata.generation
-                && status.server == pc.spec.server_address
-                && status.topic == pc.spec.topic
-                && status.subscription == pc.spec.subscription_name
-                && status.replicas == pc.spec.replicas
-                && status.current_replicas == pc.spec.replicas
-                && status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-    })
-    .await?;
-    pc.ok_or_else(|| anyhow!("PulsarConsumer {name} vanished"))
+    create_from_json(ns, manifest).await
 }
 
 fn deployment_name(name: &str) -> String {
@@ -135,11 +110,7 @@ async fn wait_deployment(
 
 /// The operator's reconcile counter (`controller_runtime_reconcile_total`).
 fn reconciles(op: &OperatorProcess) -> Result<f64> {
-    Ok(metric_sum(
-        &op.metrics()?,
-        "controller_runtime_reconcile_total",
-        &[],
-    ))
+    op.reconciles(&[])
 }
 
 /// Waits for at least one more reconcile than `before`.
@@ -165,7 +136,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
 
     // Create converges to Ready, with the original operator's manifest.
     create(&ns, consumer("orders", sample_spec(2))).await?;
-    let pc = wait_ready(&ns, "orders").await?;
+    let pc = wait_pulsar_consumer_ready(&ns, "orders").await?;
     let uid = pc.metadata.uid.clone().unwrap_or_default();
     let deployments: Api<Deployment> = ns.api();
     let d = deployments.get(&deployment_name("orders")).await?;
@@ -236,7 +207,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
             &Patch::Merge(json!({ "spec": new_spec })),
         )
         .await?;
-    let pc = wait_ready(&ns, "orders").await?;
+    let pc = wait_pulsar_consumer_ready(&ns, "orders").await?;
     let status = pc.status.clone().unwrap_or_default();
     assert_eq!(status.server, "pulsar+ssl://broker.example:6651");
     assert_eq!(status.topic, "persistent://acme/orders/in");
@@ -254,14 +225,8 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
     assert_eq!(replicas_of(&d), Some(3));
 
     // The scale subresource: `kubectl scale` works.
-    kubectl_ok([
-        "scale",
-        "pulsarconsumer/orders",
-        "--replicas=1",
-        "-n",
-        &ns.name,
-    ])?;
-    wait_ready(&ns, "orders").await?;
+    kubectl_scale(&ns, "pulsarconsumer", "orders", 1)?;
+    wait_pulsar_consumer_ready(&ns, "orders").await?;
     assert_eq!(
         replicas_of(&deployments.get(&deployment_name("orders")).await?),
         Some(1)
@@ -296,7 +261,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
                 == Some(OPERATOR)
     })
     .await?;
-    wait_ready(&ns, "orders").await?;
+    wait_pulsar_consumer_ready(&ns, "orders").await?;
 
     // A deleted Deployment comes back.
     let old_uid = repaired.metadata.uid.clone().unwrap_or_default();
@@ -313,7 +278,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
         },
     )
     .await?;
-    wait_ready(&ns, "orders").await?;
+    wait_pulsar_consumer_ready(&ns, "orders").await?;
     assert_eq!(reconcile_errors(&op)?, 0.0, "log:\n{}", op.log());
 
     // Deleting the PulsarConsumer garbage-collects its Deployment.
@@ -334,7 +299,7 @@ async fn pulsar_consumer_relabel_keeps_converging() -> Result<()> {
     let ns = TestNamespace::restricted("pulsar-relabel").await?;
     let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
     create(&ns, consumer("relabel", sample_spec(1))).await?;
-    wait_ready(&ns, "relabel").await?;
+    wait_pulsar_consumer_ready(&ns, "relabel").await?;
     let deployments: Api<Deployment> = ns.api();
     let before = deployments.get(&deployment_name("relabel")).await?;
 
@@ -367,7 +332,7 @@ async fn pulsar_consumer_relabel_keeps_converging() -> Result<()> {
             &Patch::Merge(json!({"spec": {"replicas": 2, "topic": "other-topic"}})),
         )
         .await?;
-    let pc = wait_ready(&ns, "relabel").await?;
+    let pc = wait_pulsar_consumer_ready(&ns, "relabel").await?;
     assert_eq!(pc.status.unwrap_or_default().topic, "other-topic");
     let after = deployments.get(&deployment_name("relabel")).await?;
     assert_eq!(after.metadata.uid, before.metadata.uid, "not recreated");
@@ -383,7 +348,7 @@ async fn pulsar_consumer_at_rest_writes_nothing() -> Result<()> {
     let ns = TestNamespace::restricted("pulsar-idle").await?;
     let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
     create(&ns, consumer("idle", sample_spec(2))).await?;
-    let pc = wait_ready(&ns, "idle").await?;
+    let pc = wait_pulsar_consumer_ready(&ns, "idle").await?;
     // The Deployment controller finishes its own status writes (Available, then Progressing
     // with NewReplicaSetAvailable) a little after the consumers are ready.
     let d = wait_deployment(&ns, &deployment_name("idle"), "the rollout settled", |d| {
@@ -397,16 +362,8 @@ async fn pulsar_consumer_at_rest_writes_nothing() -> Result<()> {
 
     // Trigger a reconcile without changing the spec: touch an annotation, then wait until
     // the operator has reconciled (its counter moves).
-    let count = reconciles(&op)?;
-    let touched = ns
-        .api::<PulsarConsumer>()
-        .patch(
-            "idle",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
-        )
-        .await?;
-    wait_reconciled(&op, count).await?;
+    let touched =
+        touch_and_wait_reconcile(&ns.api::<PulsarConsumer>(), &op, "idle", "1", &[]).await?;
 
     let after = ns.api::<PulsarConsumer>().get("idle").await?;
     assert_eq!(after.status, pc.status, "status must not be rewritten");
@@ -532,17 +489,8 @@ async fn pulsar_consumer_outside_watch_namespace_is_untouched() -> Result<()> {
     create(&watched, consumer("seen", sample_spec(1))).await?;
     // Once the watched one converged, the operator has been running and listening; the
     // other namespace's object must have no status and no Deployment.
-    wait_ready(&watched, "seen").await?;
-    let ignored = other.api::<PulsarConsumer>().get("ignored").await?;
-    assert!(ignored.status.is_none(), "{:?}", ignored.status);
-    assert!(
-        other
-            .api::<Deployment>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .is_empty()
-    );
+    wait_pulsar_consumer_ready(&watched, "seen").await?;
+    assert_never_reconciled::<PulsarConsumer, Deployment>(&other, "ignored").await?;
     Ok(())
 }
 
@@ -562,7 +510,7 @@ async fn pulsar_consumer_sample_converges_and_prints_its_columns() -> Result<()>
         "-f".as_ref(),
         sample.as_os_str(),
     ])?;
-    wait_ready(&ns, "pulsarconsumer-sample-1").await?;
+    wait_pulsar_consumer_ready(&ns, "pulsarconsumer-sample-1").await?;
     let table = kubectl_ok(["get", "pulsarconsumers", "-n", &ns.name])?;
     let mut lines = table.lines();
     let header: Vec<&str> = lines

@@ -8,7 +8,7 @@ use e2e::kinds::{self, OPERATORS, free_node_port};
 use e2e::manifests::{granted, kubectl_capture, kustomize, manifest_file, of_kind, write_json};
 use e2e::operator::{OperatorProcess, install};
 use e2e::rbac::{operator_user, permissions_beyond_baseline};
-use e2e::{TestNamespace, can_i, repo_root, wait_for};
+use e2e::{TestNamespace, can_i, create_from_json, repo_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
 use kube::api::{ListParams, PostParams};
@@ -414,19 +414,6 @@ fn assert_workload_pod_restricted(what: &str, pod: &PodSpec) -> Result<()> {
     Ok(())
 }
 
-async fn create<K>(ns: &TestNamespace, manifest: Value) -> Result<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + serde::Serialize,
-    <K as kube::Resource>::DynamicType: Default,
-{
-    let obj: K = serde_json::from_value(manifest)?;
-    Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
-}
-
 #[tokio::test]
 async fn every_pod_an_operator_creates_is_restricted() -> Result<()> {
     // The namespace enforces `restricted`: that the pods exist proves admission; the
@@ -436,26 +423,15 @@ async fn every_pod_an_operator_creates_is_restricted() -> Result<()> {
     for operator in OPERATORS {
         ops.push(OperatorProcess::start(operator, &[&ns.name]).await?);
     }
-    create::<PodSet>(&ns, kinds::podset("ps", 2)).await?;
-    create::<Memcached>(&ns, kinds::memcached("mc", 1)).await?;
+    create_from_json::<PodSet>(&ns, kinds::podset("ps", 2)).await?;
+    create_from_json::<Memcached>(&ns, kinds::memcached("mc", 1)).await?;
     let port = free_node_port(&ns, "lc", &[]).await?;
-    create::<Lolcow>(&ns, kinds::lolcow("lc", port, "secure moo")).await?;
-    create::<PulsarConsumer>(&ns, kinds::pulsar_consumer("pc", 1)).await?;
-    wait_for(&ns.api::<PodSet>(), "ps", |o: Option<&PodSet>| {
-        o.is_some_and(kinds::podset_ready)
-    })
-    .await?;
-    wait_for(&ns.api::<Memcached>(), "mc", |o: Option<&Memcached>| {
-        o.is_some_and(kinds::memcached_ready)
-    })
-    .await?;
+    create_from_json::<Lolcow>(&ns, kinds::lolcow("lc", port, "secure moo")).await?;
+    create_from_json::<PulsarConsumer>(&ns, kinds::pulsar_consumer("pc", 1)).await?;
+    kinds::wait_podset_ready(&ns, "ps").await?;
+    kinds::wait_memcached_ready(&ns, "mc").await?;
     kinds::wait_lolcow_ready(&ns, "lc").await?;
-    wait_for(
-        &ns.api::<PulsarConsumer>(),
-        "pc",
-        |o: Option<&PulsarConsumer>| o.is_some_and(kinds::pulsar_consumer_ready),
-    )
-    .await?;
+    kinds::wait_pulsar_consumer_ready(&ns, "pc").await?;
 
     // The Deployments' pod templates (Memcached, Lolcow, PulsarConsumer).
     let deployments = ns.api::<Deployment>().list(&ListParams::default()).await?;

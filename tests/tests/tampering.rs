@@ -8,10 +8,10 @@
 use anyhow::{Context, Result, bail};
 use e2e::kinds::{self, OPERATORS, free_node_port};
 use e2e::operator::{OperatorProcess, metric_sum};
-use e2e::{TIMEOUT, TestNamespace, poll, wait_for};
+use e2e::{TIMEOUT, TestNamespace, create_from_json, live_pods_controlled_by, poll, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
 use podset_operator::api::PodSet;
@@ -122,20 +122,9 @@ async fn podset_pods(
     ns: &TestNamespace,
     uid: &str,
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
-    Ok(ns
-        .api::<Pod>()
-        .list(&ListParams::default())
+    Ok(live_pods_controlled_by(ns, uid)
         .await?
-        .items
         .into_iter()
-        .filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == uid && o.controller == Some(true))
-        })
         .map(|p| {
             let labels = managed_labels(&p.metadata);
             (p.metadata.name.unwrap_or_default(), labels)
@@ -364,19 +353,6 @@ async fn tamper(
     }
 }
 
-async fn create<K>(ns: &TestNamespace, manifest: Value) -> Result<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + serde::Serialize,
-    <K as kube::Resource>::DynamicType: Default,
-{
-    let obj: K = serde_json::from_value(manifest)?;
-    Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
-}
-
 #[tokio::test]
 async fn slow_tampering_with_children_is_repaired_within_ten_seconds_then_idle() -> Result<()> {
     let ns = TestNamespace::restricted("tamper").await?;
@@ -394,20 +370,20 @@ async fn slow_tampering_with_children_is_repaired_within_ten_seconds_then_idle()
     // Two objects of each kind, all Ready.
     let mut podset_uids = BTreeMap::new();
     for name in PODSETS {
-        let ps: PodSet = create(&ns, kinds::podset(name, 3)).await?;
+        let ps: PodSet = create_from_json(&ns, kinds::podset(name, 3)).await?;
         podset_uids.insert(name.to_owned(), ps.metadata.uid.unwrap_or_default());
     }
     for name in MEMCACHEDS {
-        create::<Memcached>(&ns, kinds::memcached(name, 2)).await?;
+        create_from_json::<Memcached>(&ns, kinds::memcached(name, 2)).await?;
     }
     let mut ports = Vec::new();
     for name in LOLCOWS {
         let port = free_node_port(&ns, name, &ports).await?;
         ports.push(port);
-        create::<Lolcow>(&ns, kinds::lolcow(name, port, &format!("I am {name}"))).await?;
+        create_from_json::<Lolcow>(&ns, kinds::lolcow(name, port, &format!("I am {name}"))).await?;
     }
     for name in CONSUMERS {
-        create::<PulsarConsumer>(&ns, kinds::pulsar_consumer(name, 2)).await?;
+        create_from_json::<PulsarConsumer>(&ns, kinds::pulsar_consumer(name, 2)).await?;
     }
     for name in LOLCOWS {
         kinds::wait_lolcow_ready(&ns, name).await?;
