@@ -6,23 +6,21 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{Deployment, DeploymentSpec},
+        apps::v1::Deployment,
         core::v1::{
-            Container, ContainerPort, EnvVar, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
-            ResourceRequirements, Service, ServicePort, ServiceSpec,
+            Container, ContainerPort, EnvVar, HTTPGetAction, Probe, ResourceRequirements, Service,
+            ServicePort, ServiceSpec,
         },
     },
     apimachinery::pkg::{
         api::resource::Quantity,
-        apis::meta::v1::{Condition, LabelSelector, ObjectMeta, OwnerReference},
+        apis::meta::v1::{Condition, ObjectMeta, OwnerReference},
         util::intstr::IntOrString,
     },
 };
 use kube::ResourceExt;
 use shared::conditions::{find, new_condition, set_condition};
-use shared::pod_security::{
-    restricted_container_security_context, restricted_pod_security_context,
-};
+use shared::pod_security::{restricted_container_security_context, restricted_deployment};
 
 use crate::{
     OPERATOR,
@@ -173,30 +171,14 @@ pub fn desired_deployment(lc: &Lolcow, owner: OwnerReference, image: &str) -> De
         security_context: Some(restricted_container_security_context()),
         ..Container::default()
     };
-    Deployment {
-        metadata: child_meta(lc, owner),
-        spec: Some(DeploymentSpec {
-            replicas: Some(1),
-            selector: LabelSelector {
-                match_labels: Some(selector_labels(lc)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(lc)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    automount_service_account_token: Some(false),
-                    security_context: Some(restricted_pod_security_context(APP_USER)),
-                    containers: vec![container],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        }),
-        status: None,
-    }
+    restricted_deployment(
+        child_meta(lc, owner),
+        1,
+        selector_labels(lc),
+        labels(lc),
+        APP_USER,
+        container,
+    )
 }
 
 /// The Service: named like the Lolcow, type NodePort, port 80 to the container's 8080,

@@ -5,23 +5,20 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{Deployment, DeploymentSpec},
+        apps::v1::Deployment,
         core::v1::{
-            Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, Service,
-            ServicePort, ServiceSpec,
+            Container, ContainerPort, Pod, ResourceRequirements, Service, ServicePort, ServiceSpec,
         },
     },
     apimachinery::pkg::{
         api::resource::Quantity,
-        apis::meta::v1::{Condition, LabelSelector, ObjectMeta, OwnerReference},
+        apis::meta::v1::{Condition, ObjectMeta, OwnerReference},
         util::intstr::IntOrString,
     },
 };
 use kube::ResourceExt;
 use shared::conditions::{new_condition, set_condition};
-use shared::pod_security::{
-    restricted_container_security_context, restricted_pod_security_context,
-};
+use shared::pod_security::{restricted_container_security_context, restricted_deployment};
 
 use crate::{
     OPERATOR,
@@ -106,54 +103,39 @@ fn metadata(mc: &Memcached, owner: OwnerReference) -> ObjectMeta {
 pub fn desired_deployment(mc: &Memcached, owner: OwnerReference, image: &str) -> Deployment {
     let mut pod_labels = selector_labels(mc);
     pod_labels.extend(labels(mc));
-    Deployment {
-        metadata: metadata(mc, owner),
-        spec: Some(DeploymentSpec {
-            replicas: Some(mc.spec.size.max(0)),
-            selector: LabelSelector {
-                match_labels: Some(selector_labels(mc)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    automount_service_account_token: Some(false),
-                    security_context: Some(restricted_pod_security_context(POD_USER)),
-                    containers: vec![Container {
-                        name: CONTAINER.to_owned(),
-                        image: Some(image.to_owned()),
-                        command: Some(COMMAND.iter().map(|s| (*s).to_owned()).collect()),
-                        ports: Some(vec![ContainerPort {
-                            name: Some(CONTAINER.to_owned()),
-                            container_port: mc.spec.port(),
-                            protocol: Some("TCP".to_owned()),
-                            ..ContainerPort::default()
-                        }]),
-                        resources: Some(ResourceRequirements {
-                            requests: Some(BTreeMap::from([
-                                ("cpu".to_owned(), Quantity("50m".to_owned())),
-                                ("memory".to_owned(), Quantity("64Mi".to_owned())),
-                            ])),
-                            // -m=64 caps the item memory; connections and slabs need headroom.
-                            limits: Some(BTreeMap::from([(
-                                "memory".to_owned(),
-                                Quantity("128Mi".to_owned()),
-                            )])),
-                            ..ResourceRequirements::default()
-                        }),
-                        security_context: Some(restricted_container_security_context()),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(image.to_owned()),
+        command: Some(COMMAND.iter().map(|s| (*s).to_owned()).collect()),
+        ports: Some(vec![ContainerPort {
+            name: Some(CONTAINER.to_owned()),
+            container_port: mc.spec.port(),
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("50m".to_owned())),
+                ("memory".to_owned(), Quantity("64Mi".to_owned())),
+            ])),
+            // -m=64 caps the item memory; connections and slabs need headroom.
+            limits: Some(BTreeMap::from([(
+                "memory".to_owned(),
+                Quantity("128Mi".to_owned()),
+            )])),
+            ..ResourceRequirements::default()
         }),
-        status: None,
-    }
+        security_context: Some(restricted_container_security_context()),
+        ..Container::default()
+    };
+    restricted_deployment(
+        metadata(mc, owner),
+        mc.spec.size.max(0),
+        selector_labels(mc),
+        pod_labels,
+        POD_USER,
+        container,
+    )
 }
 
 /// The Service of `mc`: named after it, `containerPort` to the pods' `memcached` port.

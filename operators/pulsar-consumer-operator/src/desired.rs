@@ -5,23 +5,18 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{Deployment, DeploymentSpec},
-        core::v1::{
-            Container, ContainerPort, EnvVar, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
-            ResourceRequirements,
-        },
+        apps::v1::Deployment,
+        core::v1::{Container, ContainerPort, EnvVar, HTTPGetAction, Probe, ResourceRequirements},
     },
     apimachinery::pkg::{
         api::resource::Quantity,
-        apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference},
+        apis::meta::v1::{ObjectMeta, OwnerReference},
         util::intstr::IntOrString,
     },
 };
 use kube::ResourceExt;
 use shared::conditions::{new_condition, set_condition};
-use shared::pod_security::{
-    restricted_container_security_context, restricted_pod_security_context,
-};
+use shared::pod_security::{restricted_container_security_context, restricted_deployment};
 
 use crate::{
     OPERATOR,
@@ -133,36 +128,20 @@ pub fn desired_deployment(pc: &PulsarConsumer, owner: OwnerReference, image: &st
         security_context: Some(restricted_container_security_context()),
         ..Container::default()
     };
-    Deployment {
-        metadata: ObjectMeta {
+    restricted_deployment(
+        ObjectMeta {
             name: Some(deployment_name(pc)),
             namespace: pc.namespace(),
             labels: Some(labels(pc)),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
-        spec: Some(DeploymentSpec {
-            replicas: Some(pc.spec.replicas),
-            selector: LabelSelector {
-                match_labels: Some(selector_labels(pc)),
-                match_expressions: None,
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(pc)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    automount_service_account_token: Some(false),
-                    security_context: Some(restricted_pod_security_context(POD_USER)),
-                    containers: vec![container],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        }),
-        status: None,
-    }
+        pc.spec.replicas,
+        selector_labels(pc),
+        labels(pc),
+        POD_USER,
+        container,
+    )
 }
 
 /// The consumer settings a Deployment's pod template runs with.
