@@ -17,7 +17,6 @@ use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -130,10 +129,7 @@ pub fn can_i(user: &str, args: &[&str]) -> Result<bool> {
 
 /// A client from a kubeconfig file.
 pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
-    let kc = Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading {}", kubeconfig.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
+    xtask::kubeconfig::client_from(kubeconfig).await
 }
 
 /// The admin client of the cluster under test.

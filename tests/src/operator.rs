@@ -11,7 +11,6 @@ use crate::{TIMEOUT, kubeconfig_path, kubectl_ok, poll, repo_root, target_dir, u
 use anyhow::{Context, Result, bail};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
-use kube::config::{AuthInfo, Context as KubeContext, Kubeconfig, NamedAuthInfo, NamedContext};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use std::collections::HashMap;
@@ -67,39 +66,12 @@ pub fn service_account_kubeconfig(operator: &str) -> Result<PathBuf> {
 /// A kubeconfig that authenticates as ServiceAccount `namespace/name`.
 pub fn service_account_kubeconfig_for(namespace: &str, name: &str) -> Result<PathBuf> {
     let token = kubectl_ok(["create", "token", name, "-n", namespace, "--duration=2h"])?;
-    let admin = Kubeconfig::read_from(kubeconfig_path()?)?;
-    let cluster = admin
-        .clusters
-        .first()
-        .cloned()
-        .context("the admin kubeconfig names no cluster")?;
-    let user = format!("system:serviceaccount:{namespace}:{name}");
-    let config = Kubeconfig {
-        clusters: vec![cluster.clone()],
-        auth_infos: vec![NamedAuthInfo {
-            name: user.clone(),
-            auth_info: Some(AuthInfo {
-                token: Some(token.trim().to_owned().into()),
-                ..AuthInfo::default()
-            }),
-            other: Default::default(),
-        }],
-        contexts: vec![NamedContext {
-            name: "sa".into(),
-            context: Some(KubeContext {
-                cluster: cluster.name.clone(),
-                user: Some(user),
-                ..KubeContext::default()
-            }),
-            other: Default::default(),
-        }],
-        current_context: Some("sa".into()),
-        ..Kubeconfig::default()
-    };
+    let config =
+        xtask::kubeconfig::for_service_account(&kubeconfig_path()?, namespace, name, &token, None)?;
     let dir = target_dir().join("e2e");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{namespace}-{name}-{}.kubeconfig", unique_suffix()));
-    std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+    xtask::kubeconfig::write(&config, &path)?;
     Ok(path)
 }
 

@@ -35,14 +35,11 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{
-    AuthInfo, Context as KubeContext, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedContext,
-};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -359,47 +356,12 @@ fn service_account_kubeconfig(op: Operator, admin: &Path) -> Result<PathBuf> {
         &namespace,
         "--duration=2h",
     ]))?;
-    let admin_config = Kubeconfig::read_from(admin)?;
-    let cluster = admin_config
-        .clusters
-        .first()
-        .cloned()
-        .context("the admin kubeconfig names no cluster")?;
-    let user = format!("system:serviceaccount:{namespace}:{name}");
-    let config = Kubeconfig {
-        clusters: vec![cluster.clone()],
-        auth_infos: vec![NamedAuthInfo {
-            name: user.clone(),
-            auth_info: Some(AuthInfo {
-                token: Some(token.trim().to_owned().into()),
-                ..AuthInfo::default()
-            }),
-            other: BTreeMap::default(),
-        }],
-        contexts: vec![NamedContext {
-            name: "sa".into(),
-            context: Some(KubeContext {
-                cluster: cluster.name.clone(),
-                user: Some(user),
-                ..KubeContext::default()
-            }),
-            other: BTreeMap::default(),
-        }],
-        current_context: Some("sa".into()),
-        ..Kubeconfig::default()
-    };
+    let config = xtask::kubeconfig::for_service_account(admin, &namespace, name, &token, None)?;
     let dir = out_dir()?.join("logs");
     fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{}-{}.kubeconfig", op.name(), std::process::id()));
-    fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+    xtask::kubeconfig::write(&config, &path)?;
     Ok(path)
-}
-
-async fn client_from(kubeconfig: &Path) -> Result<Client> {
-    let kc = Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading {}", kubeconfig.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
 }
 
 // ---------------------------------------------------------------------------
@@ -782,7 +744,7 @@ async fn bench(
 ) -> Result<Value> {
     let op = args.operator;
     let n = args.objects;
-    let client = client_from(admin_kubeconfig).await?;
+    let client = xtask::kubeconfig::client_from(admin_kubeconfig).await?;
     let namespace = format!(
         "bench-{}-{n}-{}",
         op.name(),

@@ -92,7 +92,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let layout = cluster::Layout::new();
     let started_cluster = !cluster::is_up(&layout);
     let kubeconfig = cluster::up()?;
-    let result = run_locally(args, &layout, &kubeconfig);
+    let result = run_locally(args, &kubeconfig);
     if started_cluster && args.exit_when_ready {
         // A non-interactive run leaves the machine as it found it.
         cluster::down()?;
@@ -102,7 +102,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     result
 }
 
-fn run_locally(args: &DemoArgs, layout: &cluster::Layout, kubeconfig: &Path) -> Result<()> {
+fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     println!("demo: building the operators and the lolcow web app");
     cmd::run(
         Command::new(env!("CARGO"))
@@ -145,7 +145,7 @@ fn run_locally(args: &DemoArgs, layout: &cluster::Layout, kubeconfig: &Path) -> 
                 .args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
                 .arg(paths::repo_root().join("deploy").join(op).join("crd.yaml")),
         )?;
-        let sa_config = service_account_kubeconfig(layout, kubeconfig, op, &state)?;
+        let sa_config = service_account_kubeconfig(kubeconfig, op, &state)?;
         let log = std::fs::File::create(state.join(format!("{op}.log")))?;
         let port = 18_480 + u16::try_from(i).unwrap_or(0) * 2;
         let child = Command::new(paths::target_dir().join("debug").join(op))
@@ -233,45 +233,20 @@ fn run_locally(args: &DemoArgs, layout: &cluster::Layout, kubeconfig: &Path) -> 
 
 /// A kubeconfig authenticating as `<op>` in `<op>-system`, so the demo runs
 /// with exactly the RBAC that `deploy/` grants.
-fn service_account_kubeconfig(
-    layout: &cluster::Layout,
-    admin: &Path,
-    op: &str,
-    state: &Path,
-) -> Result<PathBuf> {
+fn service_account_kubeconfig(admin: &Path, op: &str, state: &Path) -> Result<PathBuf> {
+    let namespace = format!("{op}-system");
     let token = cmd::output(kubectl(Some(admin))?.args([
         "create",
         "token",
         op,
         "-n",
-        &format!("{op}-system"),
+        &namespace,
         "--duration=24h",
     ]))?;
+    let config =
+        xtask::kubeconfig::for_service_account(admin, &namespace, op, &token, Some(NAMESPACE))?;
     let path = state.join(format!("{op}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: {server}
-    certificate-authority: {ca}
-users:
-- name: {op}
-  user:
-    token: {token}
-contexts:
-- name: {op}
-  context: {{cluster: local, user: {op}, namespace: {NAMESPACE}}}
-current-context: {op}
-",
-            server = cluster::API_SERVER,
-            ca = layout.ca_certificate().display(),
-            token = token.trim(),
-        ),
-    )?;
+    xtask::kubeconfig::write(&config, &path)?;
     Ok(path)
 }
 

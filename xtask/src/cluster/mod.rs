@@ -105,10 +105,6 @@ impl Layout {
     pub fn log(&self, p: Process) -> PathBuf {
         self.root.join("logs").join(format!("{}.log", p.name()))
     }
-    /// The CA certificate that signed the API server's serving certificate.
-    pub fn ca_certificate(&self) -> PathBuf {
-        self.pki().join("ca.crt")
-    }
     /// The admin kubeconfig.
     pub fn kubeconfig(&self) -> PathBuf {
         self.root.join("admin.kubeconfig")

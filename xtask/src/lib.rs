@@ -1,0 +1,5 @@
+//! The part of `cargo xtask` the end-to-end tests share (the `xtask` binary is
+//! the rest): kubeconfigs that authenticate as a ServiceAccount, so operators
+//! run with exactly the RBAC that `deploy/` grants them.
+
+pub mod kubeconfig;
