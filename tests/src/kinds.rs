@@ -5,7 +5,6 @@ use crate::{
     TIMEOUT, TestNamespace, assert_create_rejected, dynamic_api, poll, wait_for_within, wait_until,
 };
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
@@ -260,15 +259,7 @@ fn fnv(s: &str) -> u64 {
 
 /// The NodePorts the Services of the whole cluster hold now.
 pub async fn node_ports_in_use(ns: &TestNamespace) -> Result<BTreeSet<i32>> {
-    Ok(Api::<Service>::all(ns.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
-        .flatten()
-        .filter_map(|p| p.node_port)
-        .collect())
+    xtask::node_ports::in_use(&ns.client).await
 }
 
 /// A NodePort that no Service of the cluster holds, starting from a hash of the

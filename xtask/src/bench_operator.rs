@@ -712,16 +712,7 @@ fn requests_json(log: &str, objects: u32) -> (Value, u64, u64) {
 
 /// NodePorts not used by any Service of the cluster, `count` of them.
 async fn free_node_ports(client: &Client, count: u32) -> Result<Vec<i32>> {
-    let services: Api<Service> = Api::all(client.clone());
-    let used: HashSet<i32> = services
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
-        .flatten()
-        .filter_map(|p| p.node_port)
-        .collect();
+    let used = xtask::node_ports::in_use(client).await?;
     // Start away from the low end, which the tests' samples use.
     let free: Vec<i32> = (31000..=32767)
         .chain(30000..31000)
