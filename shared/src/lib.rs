@@ -19,6 +19,7 @@ pub mod health;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;
+pub mod ownership;
 pub mod pod_security;
 pub mod run;
 pub mod telemetry;

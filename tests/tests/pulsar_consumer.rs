@@ -582,7 +582,7 @@ async fn pulsar_consumer_name_taken_by_another_deployment_is_reported() -> Resul
     wait_for(&api, "taken", |pc: Option<&PulsarConsumer>| {
         pc.and_then(|pc| pc.status.as_ref()).is_some_and(|s| {
             s.conditions.iter().any(|c| {
-                c.type_ == "Ready" && c.status == "False" && c.reason == "DeploymentRejected"
+                c.type_ == "Ready" && c.status == "False" && c.reason == "NameConflict"
             })
         })
     })
@@ -596,7 +596,7 @@ async fn pulsar_consumer_name_taken_by_another_deployment_is_reported() -> Resul
             .into_iter()
             .filter(|e| {
                 e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some("DeploymentRejected")
+                    && e.reason.as_deref() == Some("NameConflict")
                     && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
             })
             .collect();

@@ -57,8 +57,15 @@ pub const REASON_ROLLING_OUT: &str = "RollingOut";
 pub const REASON_SERVICE_PENDING: &str = "ServicePending";
 /// `Ready=True` reason.
 pub const REASON_SERVING: &str = "Serving";
+/// `Ready=False` reason: the Deployment's or Service's name is held by an object this
+/// Lolcow does not control; that object is left untouched.
+pub const REASON_NAME_CONFLICT: &str = shared::ownership::REASON_NAME_CONFLICT;
 /// Reasons that are a problem for the user to fix: announced as Warning events.
-pub const WARNING_REASONS: [&str; 2] = [REASON_PORT_CONFLICT, REASON_SERVICE_REJECTED];
+pub const WARNING_REASONS: [&str; 3] = [
+    REASON_PORT_CONFLICT,
+    REASON_SERVICE_REJECTED,
+    REASON_NAME_CONFLICT,
+];
 
 /// Labels of every child of `lc` (and of its pods): the `app.kubernetes.io/*` set.
 #[must_use]
@@ -262,17 +269,30 @@ pub fn rollout_pending(dep: &Deployment) -> Option<String> {
     None
 }
 
-/// Why the API server refused the Service (a problem for the user to fix, not retried
-/// as an error).
+/// Why a child cannot be written: the API server refused the Service, or a child's name is
+/// held by someone else's object (a problem for the user to fix, not retried as an error).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceProblem {
-    /// [`REASON_PORT_CONFLICT`] or [`REASON_SERVICE_REJECTED`].
+pub struct ChildProblem {
+    /// [`REASON_PORT_CONFLICT`], [`REASON_SERVICE_REJECTED`] or [`REASON_NAME_CONFLICT`].
     pub reason: &'static str,
-    /// The API server's message.
+    /// The API server's message, or which object holds the name.
     pub message: String,
 }
 
-impl ServiceProblem {
+impl ChildProblem {
+    /// The children's names held by objects this Lolcow does not control (one or both).
+    #[must_use]
+    pub fn name_conflict(conflicts: &[shared::ownership::NameConflict]) -> Self {
+        Self {
+            reason: REASON_NAME_CONFLICT,
+            message: conflicts
+                .iter()
+                .map(shared::ownership::NameConflict::message)
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
+    }
+
     /// Classifies a rejected Service write; `None` when it is not a permanent problem
     /// (then the write is retried as an error).
     #[must_use]
@@ -293,13 +313,13 @@ impl ServiceProblem {
 }
 
 /// The status describing the observed children, keeping `lastTransitionTime` of an
-/// unchanged `Ready`. `problem` is the refusal of the Service write, if any.
+/// unchanged `Ready`. `problem` is why a child could not be written, if any.
 #[must_use]
 pub fn status(
     lc: &Lolcow,
     dep: Option<&Deployment>,
     svc: Option<&Service>,
-    problem: Option<&ServiceProblem>,
+    problem: Option<&ChildProblem>,
     now: jiff::Timestamp,
 ) -> LolcowStatus {
     let generation = lc.metadata.generation;
@@ -563,7 +583,7 @@ mod tests {
 
         // The port conflicts: Ready=False with the API server's message.
         lc.spec.port = 30081;
-        let problem = ServiceProblem::from_rejection(
+        let problem = ChildProblem::from_rejection(
             422,
             "Service \"moo\" is invalid: spec.ports[0].nodePort: Invalid value: 30081: provided port is already allocated",
         )
@@ -589,13 +609,51 @@ mod tests {
 
     #[test]
     fn rejections() {
-        assert_eq!(ServiceProblem::from_rejection(409, "conflict"), None);
+        assert_eq!(ChildProblem::from_rejection(409, "conflict"), None);
         assert_eq!(
-            ServiceProblem::from_rejection(422, "provided port is not in the valid range")
+            ChildProblem::from_rejection(422, "provided port is not in the valid range")
                 .unwrap()
                 .reason,
             REASON_SERVICE_REJECTED
         );
+    }
+
+    #[test]
+    fn name_conflicts_name_every_object_and_warn() {
+        let conflict = |kind: &str| shared::ownership::NameConflict {
+            kind: kind.into(),
+            name: "moo".into(),
+            owner_kind: "Lolcow".into(),
+        };
+        let p = ChildProblem::name_conflict(&[conflict("Deployment"), conflict("Service")]);
+        assert_eq!(p.reason, REASON_NAME_CONFLICT);
+        assert!(
+            p.message.starts_with("Deployment moo exists"),
+            "{}",
+            p.message
+        );
+        assert!(p.message.contains("; Service moo exists"), "{}", p.message);
+
+        // Ready=False/NameConflict whatever the children look like; one Warning on entry.
+        let lc = lolcow(30080, Some("Hello"));
+        let s = status(&lc, None, None, Some(&p), t(1));
+        let ready = find(&s.conditions, "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", REASON_NAME_CONFLICT)
+        );
+        let rolling = vec![new_condition(
+            "Ready",
+            false,
+            REASON_ROLLING_OUT,
+            "1",
+            Some(1),
+            t(1),
+        )];
+        let a = announcement(&rolling, &s.conditions).unwrap();
+        assert!(a.warning);
+        assert_eq!(a.reason, REASON_NAME_CONFLICT);
+        assert!(announcement(&s.conditions, &s.conditions).is_none());
     }
 
     #[test]

@@ -2,27 +2,33 @@
 //!
 //! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
 //! with per-object exponential backoff (1 s doubling to 5 min). A Service the API server
-//! refuses (the NodePort is taken) is not an error but a condition: the reconcile succeeds
-//! and looks again after its own backoff, since the port may be freed by a Service this
-//! operator cannot watch (another namespace).
+//! refuses (the NodePort is taken), or a child name held by an object this Lolcow does not
+//! control (left untouched, `shared::ownership`), is not an error but a condition: the
+//! reconcile succeeds and looks again after its own backoff, since the port may be freed by
+//! a Service this operator cannot watch (another namespace), and the stranger holding a name
+//! carries none of the labels the child watches select.
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Service},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{Controller, controller::Action, events::EventType, watcher},
 };
 use shared::{
     Scope, Toolkit,
-    apply::{apply, is_controlled_by, owner_reference, patch_status},
+    apply::{apply, owner_reference, patch_status},
     backoff::ErrorBackoff,
     namespaces::ScopedStores,
+    ownership::{Claim, claim},
 };
 
 use crate::{
     api::{DEFAULT_IMAGE, Lolcow},
-    desired::{self, ServiceProblem},
+    desired::{self, ChildProblem},
 };
 
 /// Why a reconcile failed.
@@ -102,7 +108,7 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Lolcow> {
 /// # Errors
 /// [`Error`] on API failures; the runner retries with per-object backoff.
 pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let (Some(ns), Some(uid)) = (lc.namespace(), lc.uid()) else {
+    let Some(ns) = lc.namespace() else {
         return Ok(Action::await_change());
     };
     let name = lc.name_any();
@@ -116,64 +122,57 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
     let manager = ctx.toolkit.operator.name;
     let owner = owner_reference(lc.as_ref())?;
 
+    // Names held by objects this Lolcow does not control are never written to.
+    let mut conflicts = Vec::new();
+
     // The web app.
+    let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let cached_dep = ctx
         .deployments
-        .in_namespace(&ns, |d| d.name_any() == name && is_controlled_by(d, &uid))
+        .in_namespace(&ns, |d| d.name_any() == name)
         .into_iter()
         .next();
-    let desired_dep = desired::desired_deployment(&lc, owner.clone(), &ctx.image);
-    let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let applied = apply(&dep_api, manager, &desired_dep, cached_dep.as_deref()).await?;
-    let new_greeting = desired::greeting(&lc);
-    let old_greeting = cached_dep.as_deref().and_then(desired::configured_greeting);
-    match (&applied, old_greeting) {
-        (Some(_), Some(old)) if old != new_greeting => {
-            tracing::info!(old = %old, new = %new_greeting, "new greeting");
+    let dep = match claim(&dep_api, &name, cached_dep, &owner).await? {
+        Claim::Conflict(c) => {
+            tracing::debug!(conflict = %c, "deployment name taken");
+            conflicts.push(c);
+            None
         }
-        (Some(_), None) if cached_dep.is_none() => {
-            tracing::info!(greeting = %new_greeting, "web app deployment created");
+        Claim::Leftover => {
+            tracing::info!("waiting for the Deployment of an earlier Lolcow to go");
+            None
         }
-        (Some(_), _) => tracing::info!("web app deployment repaired"),
-        (None, _) => tracing::debug!("web app deployment in sync"),
-    }
-    let dep = applied.or_else(|| cached_dep.as_deref().cloned());
+        Claim::Free => write_deployment(&lc, ctx.as_ref(), &dep_api, owner.clone(), None).await?,
+        Claim::Ours(existing) => {
+            write_deployment(&lc, ctx.as_ref(), &dep_api, owner.clone(), Some(existing)).await?
+        }
+    };
 
     // The NodePort Service.
+    let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
     let cached_svc = ctx
         .services
-        .in_namespace(&ns, |s| s.name_any() == name && is_controlled_by(s, &uid))
+        .in_namespace(&ns, |s| s.name_any() == name)
         .into_iter()
         .next();
-    let desired_svc = desired::desired_service(&lc, owner);
-    let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let old_port = cached_svc.as_deref().and_then(desired::node_port);
-    let (svc, problem) = match apply(&svc_api, manager, &desired_svc, cached_svc.as_deref()).await {
-        Ok(Some(applied)) => {
-            match old_port {
-                Some(old) if old != lc.spec.port => {
-                    tracing::info!(old, new = lc.spec.port, "new port");
-                }
-                Some(_) => tracing::info!("service repaired"),
-                None => tracing::info!(port = lc.spec.port, "service created"),
-            }
-            (Some(applied), None)
+    let (svc, mut problem) = match claim(&svc_api, &name, cached_svc, &owner).await? {
+        Claim::Conflict(c) => {
+            tracing::debug!(conflict = %c, "service name taken");
+            conflicts.push(c);
+            (None, None)
         }
-        Ok(None) => {
-            tracing::debug!("service in sync");
-            (cached_svc.as_deref().cloned(), None)
+        Claim::Leftover => {
+            tracing::info!("waiting for the Service of an earlier Lolcow to go");
+            (None, None)
         }
-        Err(shared::Error::Kube(kube::Error::Api(s))) => {
-            match ServiceProblem::from_rejection(s.code, &s.message) {
-                Some(problem) => {
-                    tracing::debug!(reason = problem.reason, message = %problem.message, "service refused");
-                    (cached_svc.as_deref().cloned(), Some(problem))
-                }
-                None => return Err(shared::Error::Kube(kube::Error::Api(s)).into()),
-            }
+        Claim::Free => write_service(&lc, manager, &svc_api, owner, None).await?,
+        Claim::Ours(existing) => {
+            write_service(&lc, manager, &svc_api, owner, Some(existing)).await?
         }
-        Err(e) => return Err(e.into()),
     };
+    if !conflicts.is_empty() {
+        problem = Some(ChildProblem::name_conflict(&conflicts));
+    }
 
     // What is served, in the status; an event when Ready changes.
     let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
@@ -205,10 +204,77 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
     }
 
     if problem.is_some() {
-        // The port may be freed by a Service this operator does not watch: look again
-        // later, less and less often; a spec change brings the next look forward.
+        // The port may be freed, or the stranger holding a name deleted, without an event
+        // this operator watches: look again later, less and less often; a spec change brings
+        // the next look forward.
         return Ok(Action::requeue(ctx.refused.failed(&key)));
     }
     ctx.refused.succeeded(&key);
     Ok(Action::await_change())
+}
+
+/// Applies the web app's Deployment unless `cached` (ours) is in sync; logs what changed.
+/// Returns the Deployment as it now is.
+async fn write_deployment(
+    lc: &Lolcow,
+    ctx: &Context,
+    api: &Api<Deployment>,
+    owner: OwnerReference,
+    cached: Option<Deployment>,
+) -> Result<Option<Deployment>, Error> {
+    let desired_dep = desired::desired_deployment(lc, owner, &ctx.image);
+    let manager = ctx.toolkit.operator.name;
+    let applied = apply(api, manager, &desired_dep, cached.as_ref()).await?;
+    let new_greeting = desired::greeting(lc);
+    let old_greeting = cached.as_ref().and_then(desired::configured_greeting);
+    match (&applied, old_greeting) {
+        (Some(_), Some(old)) if old != new_greeting => {
+            tracing::info!(old = %old, new = %new_greeting, "new greeting");
+        }
+        (Some(_), None) if cached.is_none() => {
+            tracing::info!(greeting = %new_greeting, "web app deployment created");
+        }
+        (Some(_), _) => tracing::info!("web app deployment repaired"),
+        (None, _) => tracing::debug!("web app deployment in sync"),
+    }
+    Ok(applied.or(cached))
+}
+
+/// Applies the NodePort Service unless `cached` (ours) is in sync. Returns the Service as
+/// it now is, and the API server's refusal when it refused (a NodePort taken, out of range).
+async fn write_service(
+    lc: &Lolcow,
+    manager: &str,
+    api: &Api<Service>,
+    owner: OwnerReference,
+    cached: Option<Service>,
+) -> Result<(Option<Service>, Option<ChildProblem>), Error> {
+    let desired_svc = desired::desired_service(lc, owner);
+    let old_port = cached.as_ref().and_then(desired::node_port);
+    match apply(api, manager, &desired_svc, cached.as_ref()).await {
+        Ok(Some(applied)) => {
+            match old_port {
+                Some(old) if old != lc.spec.port => {
+                    tracing::info!(old, new = lc.spec.port, "new port");
+                }
+                Some(_) => tracing::info!("service repaired"),
+                None => tracing::info!(port = lc.spec.port, "service created"),
+            }
+            Ok((Some(applied), None))
+        }
+        Ok(None) => {
+            tracing::debug!("service in sync");
+            Ok((cached, None))
+        }
+        Err(shared::Error::Kube(kube::Error::Api(s))) => {
+            match ChildProblem::from_rejection(s.code, &s.message) {
+                Some(problem) => {
+                    tracing::debug!(reason = problem.reason, message = %problem.message, "service refused");
+                    Ok((cached, Some(problem)))
+                }
+                None => Err(shared::Error::Kube(kube::Error::Api(s)).into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }

@@ -42,6 +42,39 @@ pub const ENV_SUBSCRIPTION: &str = "PULSAR_SUBSCRIPTION_NAME";
 
 /// Reason of `Ready=False`/`Progressing=False` when the API server refused the Deployment.
 pub const REASON_REJECTED: &str = "DeploymentRejected";
+/// Reason of `Ready=False`/`Progressing=False` when the Deployment's name is held by a
+/// Deployment this PulsarConsumer does not control (left untouched).
+pub const REASON_NAME_CONFLICT: &str = shared::ownership::REASON_NAME_CONFLICT;
+
+/// Why the Deployment cannot be written: a problem for the user to fix, reported in the
+/// conditions with one Warning event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// [`REASON_REJECTED`] or [`REASON_NAME_CONFLICT`].
+    pub reason: &'static str,
+    /// What is wrong, for the conditions' message.
+    pub message: String,
+}
+
+impl Problem {
+    /// The API server refused the Deployment with `message`.
+    #[must_use]
+    pub fn rejected(message: &str) -> Self {
+        Self {
+            reason: REASON_REJECTED,
+            message: format!("the API server refused the Deployment: {message}"),
+        }
+    }
+
+    /// The Deployment's name is held by someone else's Deployment.
+    #[must_use]
+    pub fn name_conflict(conflict: &shared::ownership::NameConflict) -> Self {
+        Self {
+            reason: REASON_NAME_CONFLICT,
+            message: conflict.message(),
+        }
+    }
+}
 
 /// Name of the Deployment of `pc`: `<name>-deployment`, as the original operator named it.
 #[must_use]
@@ -180,12 +213,12 @@ pub fn deployed_settings(deployment: &Deployment) -> Settings {
 
 /// The status describing `deployment` (the PulsarConsumer's Deployment as last written or
 /// observed; `None` when there is none), keeping `lastTransitionTime` of unchanged conditions.
-/// `rejected` is the API server's message when it refused the Deployment.
+/// `problem` is why the Deployment could not be written, if it could not.
 #[must_use]
 pub fn status(
     pc: &PulsarConsumer,
     deployment: Option<&Deployment>,
-    rejected: Option<&str>,
+    problem: Option<&Problem>,
     now: jiff::Timestamp,
 ) -> PulsarConsumerStatus {
     let generation = pc.metadata.generation;
@@ -208,11 +241,10 @@ pub fn status(
     let rolled_out = seen && updated == want && current == want && ready == want;
     let counts = format!("{ready}/{want} consumers ready");
 
-    let (ready_cond, progressing) = if let Some(msg) = rejected {
-        let msg = format!("the API server refused the Deployment: {msg}");
+    let (ready_cond, progressing) = if let Some(p) = problem {
         (
-            (false, REASON_REJECTED, msg.clone()),
-            (false, REASON_REJECTED, msg),
+            (false, p.reason, p.message.clone()),
+            (false, p.reason, p.message.clone()),
         )
     } else if deployment.is_none() {
         let msg = "the Deployment does not exist yet".to_owned();
@@ -495,10 +527,29 @@ mod tests {
             ("False", "ProgressDeadlineExceeded")
         );
 
-        let s = status(&pc, None, Some("exceeded quota"), t(1));
+        let s = status(&pc, None, Some(&Problem::rejected("exceeded quota")), t(1));
         let r = find(&s.conditions, "Ready").unwrap();
         assert_eq!(r.reason, REASON_REJECTED);
         assert!(r.message.contains("exceeded quota"));
         assert_eq!(s.server, "");
+
+        let conflict = shared::ownership::NameConflict {
+            kind: "Deployment".into(),
+            name: "orders-deployment".into(),
+            owner_kind: "PulsarConsumer".into(),
+        };
+        let s = status(&pc, None, Some(&Problem::name_conflict(&conflict)), t(2));
+        for type_ in ["Ready", "Progressing"] {
+            let c = find(&s.conditions, type_).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "NameConflict")
+            );
+            assert!(
+                c.message.contains("Deployment orders-deployment"),
+                "{}",
+                c.message
+            );
+        }
     }
 }

@@ -1,9 +1,12 @@
 //! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
 //!
 //! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
-//! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop.
+//! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop. A
+//! Deployment name held by someone else's Deployment is never written to
+//! (`shared::ownership`): it is a condition (`NameConflict`) looked at again with a backoff
+//! of its own.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
@@ -12,15 +15,17 @@ use kube::{
 };
 use shared::{
     Scope, Toolkit,
-    apply::{apply, is_controlled_by, owner_reference, patch_status},
+    apply::{apply, owner_reference, patch_status},
+    backoff::ErrorBackoff,
     conditions::find,
     namespaces::ScopedStores,
+    ownership::{Claim, claim},
 };
 
 use crate::{
     OPERATOR,
     api::PulsarConsumer,
-    desired::{self, REASON_REJECTED},
+    desired::{self, Problem, REASON_NAME_CONFLICT, REASON_REJECTED},
 };
 
 /// The operator's environment variable naming the consumer image
@@ -36,8 +41,8 @@ pub enum Error {
     /// A helper of the common crate failed.
     #[error(transparent)]
     Shared(#[from] shared::Error),
-    /// The API server refused the Deployment (a name taken by someone else's Deployment,
-    /// quota, admission); reported in the `Ready` condition and retried with backoff.
+    /// The API server refused the Deployment (quota, admission); reported in the `Ready`
+    /// condition and retried with backoff.
     #[error("the API server refused the Deployment: {0}")]
     Rejected(String),
 }
@@ -61,6 +66,9 @@ pub struct Context {
     pub deployments: ScopedStores<Deployment>,
     /// The consumer image (`PULSAR_CONSUMER_IMAGE`, else [`desired::DEFAULT_IMAGE`]).
     pub image: String,
+    /// How long to wait before looking again at a Deployment name held by someone else,
+    /// per PulsarConsumer (5 s doubling to 5 min).
+    pub conflicts: ErrorBackoff,
 }
 
 impl Context {
@@ -73,6 +81,7 @@ impl Context {
             image: image
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(|| desired::DEFAULT_IMAGE.to_owned()),
+            conflicts: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
         }
     }
 }
@@ -97,16 +106,18 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PulsarConsumer> {
 /// # Errors
 /// [`Error`] on API failures; the runner retries with per-object backoff.
 pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let (Some(ns), Some(uid)) = (pc.namespace(), pc.uid()) else {
+    let Some(ns) = pc.namespace() else {
         return Ok(Action::await_change());
     };
     if pc.metadata.deletion_timestamp.is_some() {
         // Garbage collection removes the Deployment through its owner reference.
         return Ok(Action::await_change());
     }
+    let key = format!("{ns}/{}", pc.name_any());
     let client = ctx.toolkit.client.clone();
     let name = desired::deployment_name(&pc);
-    let want = desired::desired_deployment(&pc, owner_reference(pc.as_ref())?, &ctx.image);
+    let owner = owner_reference(pc.as_ref())?;
+    let want = desired::desired_deployment(&pc, owner.clone(), &ctx.image);
     let cached = ctx
         .deployments
         .in_namespace(&ns, |d| d.name_any() == name)
@@ -114,32 +125,24 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         .next();
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let manager = ctx.toolkit.operator.name;
-    let (deployment, rejected) = match apply(&api, manager, &want, cached.as_deref()).await {
-        Ok(Some(applied)) => {
-            tracing::info!(deployment = %name, "applied the Deployment");
-            (Some(applied), None)
+    let (deployment, problem) = match claim(&api, &name, cached, &owner).await? {
+        // Someone else's Deployment has the name: never written, reported.
+        Claim::Conflict(conflict) => {
+            tracing::debug!(%conflict, "deployment name taken");
+            (None, Some(Problem::name_conflict(&conflict)))
         }
-        Ok(None) => (cached.map(|d| d.as_ref().clone()), None),
-        // A namespace being deleted refuses new objects; nothing to do.
-        Err(shared::Error::Kube(kube::Error::Api(s)))
-            if s.code == 403 && s.message.contains("being terminated") =>
-        {
-            return Ok(Action::await_change());
+        // The Deployment of a deleted PulsarConsumer of the same name: garbage collection
+        // removes it, and its deletion (it carries our label) triggers a reconcile.
+        Claim::Leftover => {
+            tracing::info!(deployment = %name, "waiting for the Deployment of an earlier PulsarConsumer to go");
+            (None, None)
         }
-        Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
-            tracing::warn!(deployment = %name, reason = %s.message, "the Deployment was refused");
-            // Report what still runs, if the Deployment is ours.
-            let ours = cached
-                .filter(|d| is_controlled_by(d.as_ref(), &uid))
-                .map(|d| d.as_ref().clone());
-            (ours, Some(s.message.clone()))
-        }
-        Err(e) => return Err(e.into()),
+        Claim::Free => write(&api, manager, &want, None).await?,
+        Claim::Ours(existing) => write(&api, manager, &want, Some(existing)).await?,
     };
-
     let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
         .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(&pc, deployment.as_ref(), rejected.as_deref(), now);
+    let new_status = desired::status(&pc, deployment.as_ref(), problem.as_ref(), now);
     let consumers: Api<PulsarConsumer> = Api::namespaced(client, &ns);
     let old_conditions = pc
         .status
@@ -149,22 +152,61 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     if patch_status(&consumers, pc.as_ref(), pc.status.as_ref(), &new_status).await? {
         announce_ready(&ctx, &pc, &old_conditions, &new_status.conditions).await;
     }
-    match rejected {
-        Some(message) => Err(Error::Rejected(message)),
-        None => Ok(Action::await_change()),
+    match problem {
+        // Someone else's Deployment may be deleted without an event this operator watches
+        // (it lacks our label): look again later, less and less often.
+        Some(p) if p.reason == REASON_NAME_CONFLICT => {
+            Ok(Action::requeue(ctx.conflicts.failed(&key)))
+        }
+        Some(p) => Err(Error::Rejected(p.message)),
+        None => {
+            ctx.conflicts.succeeded(&key);
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Server-side applies `want` unless `cached` (ours) already matches. A refusal by the API
+/// server (quota, admission) is returned as a [`Problem`], not an error.
+async fn write(
+    api: &Api<Deployment>,
+    manager: &str,
+    want: &Deployment,
+    cached: Option<Deployment>,
+) -> Result<(Option<Deployment>, Option<Problem>), Error> {
+    let name = want.name_any();
+    match apply(api, manager, want, cached.as_ref()).await {
+        Ok(Some(applied)) => {
+            tracing::info!(deployment = %name, "applied the Deployment");
+            Ok((Some(applied), None))
+        }
+        Ok(None) => Ok((cached, None)),
+        // A namespace being deleted refuses new objects; nothing to do.
+        Err(shared::Error::Kube(kube::Error::Api(s)))
+            if s.code == 403 && s.message.contains("being terminated") =>
+        {
+            Ok((cached, None))
+        }
+        Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
+            tracing::warn!(deployment = %name, reason = %s.message, "the Deployment was refused");
+            Ok((cached, Some(Problem::rejected(&s.message))))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
 /// One event when `Ready` changes status, and one Warning when the Deployment is first
-/// refused (even if `Ready` was already `False`, e.g. during a rollout).
+/// refused or its name found taken (even if `Ready` was already `False`, e.g. during a
+/// rollout).
 async fn announce_ready(ctx: &Context, pc: &PulsarConsumer, old: &[Condition], new: &[Condition]) {
     let Some(ready) = find(new, "Ready") else {
         return;
     };
     let before = find(old, "Ready");
     let flipped = before.is_none_or(|b| b.status != ready.status);
-    let rejected = ready.reason == REASON_REJECTED;
-    let newly_rejected = rejected && before.is_none_or(|b| b.reason != REASON_REJECTED);
+    // A problem for the user to fix: announced as a Warning when it starts.
+    let rejected = [REASON_REJECTED, REASON_NAME_CONFLICT].contains(&ready.reason.as_str());
+    let newly_rejected = rejected && before.is_none_or(|b| b.reason != ready.reason);
     if !(flipped || newly_rejected) {
         return;
     }

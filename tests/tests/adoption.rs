@@ -1,0 +1,288 @@
+//! No operator adopts what it did not create: a Service or Deployment that already holds a
+//! child's name, without the custom resource's controller owner reference, stays exactly as
+//! it was (same resourceVersion, same bytes, no owner reference added); the custom resource
+//! reports it (`NameConflict`, naming the object) with exactly one Warning event, does not
+//! spin, and converges once the stranger is deleted.
+
+use anyhow::{Context, Result, ensure};
+use e2e::kinds::{
+    free_node_port, lolcow, memcached, pulsar_consumer, wait_lolcow_ready, wait_memcached_ready,
+    wait_pulsar_consumer_ready,
+};
+use e2e::operator::OperatorProcess;
+use e2e::{TIMEOUT, TestNamespace, create_from_json, delete_and_wait, poll, wait_until};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Resource, ResourceExt};
+use lolcow_operator::api::Lolcow;
+use memcached_operator::api::Memcached;
+use pulsar_consumer_operator::api::PulsarConsumer;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use std::fmt::Debug;
+
+/// A Service nobody's operator made: ClusterIP, its own selector and port.
+fn stranger_service(name: &str) -> Result<Service> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"owner": "a-user"}},
+        "spec": {
+            "selector": {"app": "users-own-app"},
+            "ports": [{"name": "web", "port": 8000, "targetPort": 8000}]
+        }
+    }))?)
+}
+
+/// A Deployment nobody's operator made.
+fn stranger_deployment(name: &str) -> Result<Deployment> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"owner": "a-user"}},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "users-own-app"}},
+            "template": {
+                "metadata": {"labels": {"app": "users-own-app"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}
+            }
+        }
+    }))?)
+}
+
+/// Creates `object` in `ns` and returns it as stored.
+async fn create<K>(ns: &TestNamespace, object: &K) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Serialize,
+    K::DynamicType: Default,
+{
+    Ok(ns.api::<K>().create(&PostParams::default(), object).await?)
+}
+
+/// The condition `type_` of `conditions`.
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether `c` reports the name conflict with `kind name`.
+fn reports_conflict(c: Option<&Condition>, status: &str, kind: &str, name: &str) -> bool {
+    c.is_some_and(|c| {
+        c.status == status
+            && c.reason == "NameConflict"
+            && c.message.contains(&format!("{kind} {name} "))
+    })
+}
+
+/// The Warning events about the object with `uid`, with reason `NameConflict`.
+async fn conflict_warnings(ns: &TestNamespace, uid: &str) -> Result<Vec<Event>> {
+    Ok(ns
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid)
+                && e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("NameConflict")
+        })
+        .collect())
+}
+
+/// Waits for the operator to reconcile at least `n` more times (it looks at the conflict
+/// again with backoff), so that the checks after it see what repeated reconciles did.
+async fn wait_more_reconciles(op: &OperatorProcess, n: f64) -> Result<()> {
+    let before = op.reconciles(&[])?;
+    poll(
+        "more reconciles of the conflicting object",
+        TIMEOUT,
+        || async { Ok((op.reconciles(&[])? >= before + n).then_some(())) },
+    )
+    .await
+}
+
+/// The stranger is exactly as created (same resourceVersion, same bytes, no owner
+/// reference), there is exactly one `NameConflict` Warning about the custom resource, and
+/// the operator is not in a hot loop (few reconciles over a few seconds).
+async fn assert_stranger_untouched<K>(
+    ns: &TestNamespace,
+    op: &OperatorProcess,
+    stranger: &K,
+    owner_uid: &str,
+) -> Result<()>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Serialize,
+    K::DynamicType: Default,
+{
+    let name = stranger.name_any();
+    // One Warning, once the condition is there (events are written just after the status).
+    poll("the NameConflict Warning event", TIMEOUT, || async {
+        Ok((!conflict_warnings(ns, owner_uid).await?.is_empty()).then_some(()))
+    })
+    .await?;
+    let start = op.reconciles(&[])?;
+    let started = tokio::time::Instant::now();
+    wait_more_reconciles(op, 2.0).await?;
+    let per_second = (op.reconciles(&[])? - start) / started.elapsed().as_secs_f64().max(1.0);
+    ensure!(
+        per_second < 2.0,
+        "{per_second:.1} reconciles per second while the name is taken: a hot loop"
+    );
+    let now = ns.api::<K>().get(&name).await?;
+    ensure!(
+        now.meta().resource_version == stranger.meta().resource_version,
+        "the stranger {name} was written: {:?} -> {:?}",
+        stranger.meta().resource_version,
+        now.meta().resource_version
+    );
+    ensure!(
+        serde_json::to_value(&now)? == serde_json::to_value(stranger)?,
+        "the stranger {name} changed"
+    );
+    ensure!(
+        now.owner_references().is_empty(),
+        "an owner reference was added to {name}: {:?}",
+        now.owner_references()
+    );
+    let warnings = conflict_warnings(ns, owner_uid).await?;
+    ensure!(
+        warnings.len() == 1,
+        "exactly one NameConflict Warning, got {}: {warnings:#?}",
+        warnings.len()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn memcached_never_adopts_a_strangers_service() -> Result<()> {
+    let ns = TestNamespace::restricted("adopt-mc").await?;
+    let op = OperatorProcess::start("memcached-operator", &[&ns.name]).await?;
+    let stranger = create(&ns, &stranger_service("cache")?).await?;
+    let mc: Memcached = create_from_json(&ns, memcached("cache", 1)).await?;
+    let uid = mc.uid().context("uid")?;
+
+    let api: Api<Memcached> = ns.api();
+    wait_until(&api, "cache", |mc: &Memcached| {
+        mc.status.as_ref().is_some_and(|s| {
+            reports_conflict(
+                condition(&s.conditions, "Degraded"),
+                "True",
+                "Service",
+                "cache",
+            )
+        })
+    })
+    .await?;
+    assert_stranger_untouched(&ns, &op, &stranger, &uid).await?;
+
+    // The stranger goes: the operator creates its own Service and converges.
+    delete_and_wait(&ns.api::<Service>(), "cache").await?;
+    wait_memcached_ready(&ns, "cache").await?;
+    let svc = ns.api::<Service>().get("cache").await?;
+    ensure!(
+        svc.owner_references()
+            .iter()
+            .any(|r| r.uid == uid && r.controller == Some(true)),
+        "the new Service is the Memcached's: {:?}",
+        svc.owner_references()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn lolcow_never_adopts_a_strangers_service() -> Result<()> {
+    let ns = TestNamespace::restricted("adopt-lc").await?;
+    let op = OperatorProcess::start("lolcow-operator", &[&ns.name]).await?;
+    let stranger = create(&ns, &stranger_service("moo")?).await?;
+    let port = free_node_port(&ns, "moo", &[]).await?;
+    let lc: Lolcow = create_from_json(&ns, lolcow("moo", port, "Not your Service")).await?;
+    let uid = lc.uid().context("uid")?;
+
+    let api: Api<Lolcow> = ns.api();
+    wait_until(&api, "moo", |lc: &Lolcow| {
+        lc.status.as_ref().is_some_and(|s| {
+            reports_conflict(condition(&s.conditions, "Ready"), "False", "Service", "moo")
+        })
+    })
+    .await?;
+    assert_stranger_untouched(&ns, &op, &stranger, &uid).await?;
+
+    // The stranger goes: the operator creates its NodePort Service (it looks again with
+    // backoff, as nothing it watches announces the deletion) and serves.
+    delete_and_wait(&ns.api::<Service>(), "moo").await?;
+    wait_lolcow_ready(&ns, "moo").await?;
+    let svc = ns.api::<Service>().get("moo").await?;
+    ensure!(
+        svc.owner_references()
+            .iter()
+            .any(|r| r.uid == uid && r.controller == Some(true)),
+        "the new Service is the Lolcow's: {:?}",
+        svc.owner_references()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn lolcow_never_adopts_a_strangers_deployment() -> Result<()> {
+    let ns = TestNamespace::restricted("adopt-lc-dep").await?;
+    let op = OperatorProcess::start("lolcow-operator", &[&ns.name]).await?;
+    let stranger = create(&ns, &stranger_deployment("moo")?).await?;
+    let port = free_node_port(&ns, "moo", &[]).await?;
+    let lc: Lolcow = create_from_json(&ns, lolcow("moo", port, "Not your Deployment")).await?;
+    let uid = lc.uid().context("uid")?;
+
+    let api: Api<Lolcow> = ns.api();
+    wait_until(&api, "moo", |lc: &Lolcow| {
+        lc.status.as_ref().is_some_and(|s| {
+            reports_conflict(
+                condition(&s.conditions, "Ready"),
+                "False",
+                "Deployment",
+                "moo",
+            )
+        })
+    })
+    .await?;
+    assert_stranger_untouched(&ns, &op, &stranger, &uid).await?;
+
+    delete_and_wait(&ns.api::<Deployment>(), "moo").await?;
+    wait_lolcow_ready(&ns, "moo").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pulsar_consumer_never_adopts_a_strangers_deployment() -> Result<()> {
+    let ns = TestNamespace::restricted("adopt-pc").await?;
+    let op = OperatorProcess::start("pulsar-consumer-operator", &[&ns.name]).await?;
+    let stranger = create(&ns, &stranger_deployment("orders-deployment")?).await?;
+    let pc: PulsarConsumer = create_from_json(&ns, pulsar_consumer("orders", 1)).await?;
+    let uid = pc.uid().context("uid")?;
+
+    let api: Api<PulsarConsumer> = ns.api();
+    wait_until(&api, "orders", |pc: &PulsarConsumer| {
+        pc.status.as_ref().is_some_and(|s| {
+            reports_conflict(
+                condition(&s.conditions, "Ready"),
+                "False",
+                "Deployment",
+                "orders-deployment",
+            )
+        })
+    })
+    .await?;
+    assert_stranger_untouched(&ns, &op, &stranger, &uid).await?;
+
+    delete_and_wait(&ns.api::<Deployment>(), "orders-deployment").await?;
+    wait_pulsar_consumer_ready(&ns, "orders").await?;
+    let d = ns.api::<Deployment>().get("orders-deployment").await?;
+    ensure!(
+        d.owner_references()
+            .iter()
+            .any(|r| r.uid == uid && r.controller == Some(true)),
+        "the new Deployment is the PulsarConsumer's: {:?}",
+        d.owner_references()
+    );
+    Ok(())
+}
