@@ -269,7 +269,8 @@ async fn memcached_finalizer_flow_and_garbage_collection() -> Result<()> {
     api.delete("gone", &DeleteParams::background()).await?;
     wait_for(&api, "gone", |mc: Option<&Memcached>| mc.is_none()).await?;
 
-    // One Warning event, reason Finalizing, about this Memcached.
+    // One Normal event (a deletion the user asked for is no problem), reason Finalizing,
+    // about this Memcached.
     let events: Api<Event> = ns.api();
     let finalizing = poll("the Finalizing event", TIMEOUT, || async {
         let found: Vec<Event> = events
@@ -286,7 +287,7 @@ async fn memcached_finalizer_flow_and_garbage_collection() -> Result<()> {
     })
     .await?;
     assert_eq!(finalizing.len(), 1, "{finalizing:#?}");
-    assert_eq!(finalizing[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(finalizing[0].type_.as_deref(), Some("Normal"));
 
     // Garbage collection removes the children.
     let deployments: Api<Deployment> = ns.api();

@@ -6,7 +6,7 @@
 //! [`desired`] builds the Deployment and Service (pure) -> they are server-side applied
 //! when they drifted -> [`desired::status`] summarises the Deployment and pods -> the status
 //! subresource is patched if it changed. On deletion the finalizer marks the Memcached
-//! `Degraded` (`Finalizing`), emits one Warning event and lets garbage collection remove
+//! `Degraded` (`Finalizing`), emits one Normal event and lets garbage collection remove
 //! the children.
 
 pub mod api;

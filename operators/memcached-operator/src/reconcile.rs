@@ -10,13 +10,14 @@ use k8s_openapi::{
         apps::v1::Deployment,
         core::v1::{Pod, Service},
     },
-    apimachinery::pkg::apis::meta::v1::Condition,
+    apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference},
 };
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{
         Controller,
         controller::Action,
+        events::EventType,
         finalizer::{self, finalizer},
         reflector::ObjectRef,
         watcher,
@@ -25,9 +26,10 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     Scope, Toolkit,
-    apply::{is_controlled_by, owner_reference, patch_status},
+    apply::{owner_reference, patch_status},
     conditions::find,
     namespaces::ScopedStores,
+    ownership::{Claim, claim},
 };
 
 use crate::{
@@ -168,41 +170,32 @@ enum Child<K> {
 }
 
 /// Server-side applies `desired` unless the cache shows it in sync. An object of that name
-/// that this Memcached does not control is never taken over.
+/// that this Memcached does not control is never taken over (`shared::ownership`).
 async fn write_child<K>(
     api: &Api<K>,
     manager: &str,
     desired: &K,
     cached: Option<Arc<K>>,
-    uid: &str,
+    owner: &OwnerReference,
 ) -> Result<Child<K>, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
     let name = desired.name_any();
-    let cached = match cached {
-        Some(c) => Some(c.as_ref().clone()),
-        // Not in our (label-filtered) cache: make sure no one else's object has the name.
-        None => api.get_opt(&name).await?,
-    };
-    if let Some(existing) = &cached
-        && !is_controlled_by(existing, uid)
-    {
-        let kind = K::kind(&());
-        let earlier_memcached = existing
-            .owner_references()
-            .iter()
-            .any(|r| r.controller == Some(true) && r.kind == "Memcached" && r.name == name);
-        if earlier_memcached {
+    let cached = match claim(api, &name, cached, owner).await? {
+        Claim::Free => None,
+        Claim::Ours(existing) => Some(existing),
+        Claim::Leftover => {
             // Left by a deleted Memcached of the same name; garbage collection removes it
             // and its deletion triggers a reconcile.
+            let kind = K::kind(&());
             tracing::info!(%kind, child = %name, "waiting for the child of an earlier Memcached to go");
             return Ok(Child::Written(None));
         }
-        return Ok(Child::Problem(Problem::NameConflict(format!(
-            "{kind} {name} exists and is not controlled by this Memcached; delete or rename it"
-        ))));
-    }
+        Claim::Conflict(conflict) => {
+            return Ok(Child::Problem(Problem::NameConflict(conflict.message())));
+        }
+    };
     match shared::apply::apply(api, manager, desired, cached.as_ref()).await {
         Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
         Ok(None) => Ok(Child::Written(cached)),
@@ -220,7 +213,7 @@ where
 
 /// The reconcile proper, with the finalizer in place.
 async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
-    let (Some(ns), Some(uid)) = (mc.namespace(), mc.uid()) else {
+    let (Some(ns), Some(_)) = (mc.namespace(), mc.uid()) else {
         return Ok(Action::await_change());
     };
     let name = mc.name_any();
@@ -240,7 +233,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         manager,
         &desired_deployment,
         cached,
-        &uid,
+        &owner,
     )
     .await?
     {
@@ -257,13 +250,13 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         .in_namespace(&ns, |s| s.name_any() == name)
         .into_iter()
         .next();
-    let desired_service = desired::desired_service(mc, owner);
+    let desired_service = desired::desired_service(mc, owner.clone());
     match write_child(
         &Api::namespaced(client.clone(), &ns),
         manager,
         &desired_service,
         cached,
-        &uid,
+        &owner,
     )
     .await?
     {
@@ -282,7 +275,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
 }
 
 /// The clean-up step of the finalizer: marks the Memcached `Degraded` (reason
-/// `Finalizing`), which emits one Warning event. The Deployment and Service need no work:
+/// `Finalizing`), which emits one Normal event. The Deployment and Service need no work:
 /// garbage collection removes them through their owner references once the finalizer is gone.
 async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     let Some(ns) = mc.namespace() else {
@@ -290,7 +283,7 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     };
     let name = mc.name_any();
     // The cache may still show a Memcached whose finalizer an earlier reconcile removed:
-    // read it afresh so the Warning event is not emitted twice.
+    // read it afresh so the event is not emitted twice.
     let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
     let Some(fresh) = api.get_opt(&name).await? else {
         return Ok(Action::await_change());
@@ -320,7 +313,8 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
 }
 
 /// Patches the status if it changed and announces condition transitions: `Available`
-/// always, `Degraded` except its initial `False` (only `Degraded` while `finalizing`).
+/// always, `Degraded` except its initial `False`; while `finalizing`, only `Degraded`, as a
+/// Normal event (a deletion the user asked for is not a problem).
 async fn update_status(
     mc: &Memcached,
     ctx: &Context,
@@ -344,33 +338,54 @@ async fn update_status(
         Err(shared::Error::Kube(kube::Error::Api(s))) if s.code == 404 => false,
         Err(e) => return Err(e.into()),
     };
-    if changed {
-        let old_conditions = mc
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
-        let announced = |cs: &[Condition], old: bool| {
-            cs.iter()
-                .filter(|c| {
-                    (c.type_ == "Available" && !finalizing)
-                        || (c.type_ == "Degraded"
-                            && (old
-                                || c.status == "True"
-                                || find(&old_conditions, "Degraded").is_some()))
-                })
-                .cloned()
-                .collect::<Vec<_>>()
-        };
-        ctx.toolkit
-            .events
-            .condition_transitions(
-                mc,
-                &announced(&old_conditions, true),
-                &announced(&new_status.conditions, false),
-                &[],
-            )
-            .await;
+    if !changed {
+        return Ok(());
     }
+    let old_conditions = mc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if finalizing {
+        // A deletion the user asked for is not a problem: one Normal event when the
+        // Memcached turns `Degraded/Finalizing`.
+        let before = find(&old_conditions, "Degraded");
+        if let Some(now) = find(&new_status.conditions, "Degraded")
+            && before.is_none_or(|b| b.status != now.status || b.reason != now.reason)
+        {
+            ctx.toolkit
+                .events
+                .publish(
+                    mc,
+                    EventType::Normal,
+                    &now.reason,
+                    &format!("{} is {}: {}", now.type_, now.status, now.message),
+                    "DegradedChanged",
+                )
+                .await;
+        }
+        return Ok(());
+    }
+    let announced = |cs: &[Condition], old: bool| {
+        cs.iter()
+            .filter(|c| {
+                c.type_ == "Available"
+                    || (c.type_ == "Degraded"
+                        && (old
+                            || c.status == "True"
+                            || find(&old_conditions, "Degraded").is_some()))
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    ctx.toolkit
+        .events
+        .condition_transitions(
+            mc,
+            &announced(&old_conditions, true),
+            &announced(&new_status.conditions, false),
+            &[],
+        )
+        .await;
     Ok(())
 }
