@@ -28,10 +28,15 @@ async fn main() -> anyhow::Result<()> {
     let local = listener.local_addr().context("no local address")?;
     tracing::info!(address = %local, greeting = ?greeting, "lolcow-web listening");
 
-    axum::serve(listener, server::router(&greeting))
-        .with_graceful_shutdown(server::shutdown_signal())
-        .await
-        .context("server failed")?;
+    let limits = config.limits();
+    tracing::debug!(?limits, "serving limits");
+    http_serving::serve_plain(
+        listener,
+        server::router(&greeting),
+        limits,
+        server::shutdown_signal(),
+    )
+    .await;
     tracing::info!("lolcow-web stopped");
     Ok(())
 }

@@ -25,6 +25,11 @@ impl Server {
     /// Starts the binary with `greeting` in `GREETING` (or no greeting when
     /// `None`) and waits until `/healthz` answers.
     pub fn start(greeting: Option<&str>) -> Server {
+        Server::start_with_env(greeting, &[])
+    }
+
+    /// Like [`Server::start`], with extra environment variables (e.g. limits).
+    pub fn start_with_env(greeting: Option<&str>, env: &[(&str, &str)]) -> Server {
         // A few tries in case another process grabs the port between us
         // releasing it and the server binding it.
         let mut last_log = String::new();
@@ -38,6 +43,7 @@ impl Server {
                 .env("PORT", port.to_string())
                 .env_remove("BIND_ADDRESS")
                 .env("RUST_LOG", "info")
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(log_file.try_clone().expect("clone log handle"))
                 .stderr(log_file);
