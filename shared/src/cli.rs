@@ -111,6 +111,26 @@ pub struct RunArgs {
     #[arg(long, global = true, default_value = ":8081", value_parser = BindAddress::parse, value_name = "ADDR")]
     pub health_probe_bind_address: BindAddress,
 
+    /// Serve `/metrics` over HTTPS, every request authenticated (TokenReview) and authorized
+    /// (SubjectAccessReview: the request's verb on its path, e.g. `get` `/metrics`) against
+    /// the API server, as a kubebuilder v4 manager does; `deploy/` runs it on `:8443`.
+    /// `false`: plain HTTP without authentication.
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
+    pub metrics_secure: bool,
+
+    /// Directory with the metrics server's certificate and key (`--metrics-cert-name`,
+    /// `--metrics-cert-key`); unset: a self-signed certificate generated at startup.
+    #[arg(long, visible_alias = "metrics-cert-dir", global = true, value_name = "DIR")]
+    pub metrics_cert_path: Option<std::path::PathBuf>,
+
+    /// File name of the metrics server's PEM certificate (chain) in `--metrics-cert-path`.
+    #[arg(long, global = true, default_value = "tls.crt", value_name = "FILE")]
+    pub metrics_cert_name: String,
+
+    /// File name of the metrics server's PEM private key in `--metrics-cert-path`.
+    #[arg(long, global = true, default_value = "tls.key", value_name = "FILE")]
+    pub metrics_cert_key: String,
+
     /// How many objects of the primary kind are reconciled at once, per watched namespace
     /// (one object is never reconciled twice at once).
     #[arg(long, global = true, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]

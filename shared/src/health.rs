@@ -1,5 +1,7 @@
 //! The HTTP endpoints: `/metrics` on the metrics address, `/healthz` and `/readyz` on the
-//! health-probe address (both on one listener when the addresses are equal).
+//! health-probe address (both on one listener when the addresses are equal and metrics
+//! are plain HTTP). Every server runs [`http_serving`]'s loop: header-read and idle
+//! timeouts, a connection limit and a body limit ([`LIMITS`]).
 
 use std::{
     net::SocketAddr,
@@ -7,13 +9,22 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    time::Duration,
 };
 
 use axum::{
     Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
 };
 
-use crate::{error::Error, metrics::Metrics};
+use http_serving::Limits;
+use kube::Client;
+
+use crate::{
+    cli::RunArgs,
+    error::Error,
+    metrics::Metrics,
+    metrics_auth::{self, ApiServerReviewer, Authorizer, CertFiles},
+};
 
 /// Readiness shared between the runner and `/readyz`.
 #[derive(Debug, Clone, Default)]
@@ -65,44 +76,396 @@ fn metrics_router(m: Metrics) -> Router {
     Router::new().route("/metrics", get(metrics)).with_state(m)
 }
 
-/// Binds the configured listeners and serves them in background tasks.
+/// How `/metrics` is served.
+#[derive(Debug, Clone)]
+pub enum MetricsSecurity {
+    /// Plain HTTP, no authentication.
+    Plain,
+    /// HTTPS, every request authenticated and authorized (see [`crate::metrics_auth`]).
+    Secure {
+        /// The TLS configuration.
+        tls: Arc<rustls::ServerConfig>,
+        /// Reviews the requests' bearer tokens.
+        authorizer: Arc<Authorizer>,
+    },
+}
+
+/// The servers to start.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    /// Where `/metrics` is served (`None`: nowhere).
+    pub metrics: Option<SocketAddr>,
+    /// How `/metrics` is served.
+    pub metrics_security: MetricsSecurity,
+    /// Where `/healthz` and `/readyz` are served, always plain HTTP (`None`: nowhere).
+    pub health: Option<SocketAddr>,
+    /// Timeouts and limits of both servers.
+    pub limits: Limits,
+}
+
+/// Limits of the metrics and probe servers: 10 s to send headers (and idle keep-alive),
+/// 1,024 connections (well above what a few hundred idle or half-written connections
+/// take, so probes still answer while they wait for their timeout), 16 KiB request
+/// bodies (they take none), 10 s to drain.
+pub const LIMITS: Limits = Limits {
+    header_read_timeout: Duration::from_secs(10),
+    max_connections: 1024,
+    max_body_bytes: 16 * 1024,
+    max_header_bytes: 64 * 1024,
+    shutdown_grace: Duration::from_secs(10),
+};
+
+/// The endpoints the command line asks for; with `--metrics-secure`, loads or generates
+/// the certificate and reviews requests with `client`.
 ///
 /// # Errors
-/// [`Error::Serve`] when an address cannot be bound (in use, no permission).
-pub async fn serve(
-    metrics_addr: Option<SocketAddr>,
-    health_addr: Option<SocketAddr>,
+/// [`Error::Serve`] when the certificate cannot be read or made.
+pub fn endpoints_from_args(args: &RunArgs, client: &Client) -> Result<Endpoints, Error> {
+    let metrics = args.metrics_bind_address.0;
+    let metrics_security = match metrics {
+        Some(addr) if args.metrics_secure => {
+            let files = args.metrics_cert_path.as_ref().map(|dir| CertFiles {
+                cert: dir.join(&args.metrics_cert_name),
+                key: dir.join(&args.metrics_cert_key),
+            });
+            let tls = metrics_auth::tls_config(files.as_ref()).map_err(|source| Error::Serve {
+                what: "metrics",
+                addr,
+                source,
+            })?;
+            match &files {
+                Some(files) => {
+                    tracing::info!(cert = %files.cert.display(), "metrics: HTTPS with the given certificate")
+                }
+                None => tracing::info!(
+                    "metrics: HTTPS with a self-signed certificate generated at startup"
+                ),
+            }
+            MetricsSecurity::Secure {
+                tls,
+                authorizer: Arc::new(Authorizer::new(ApiServerReviewer::new(client.clone()))),
+            }
+        }
+        _ => MetricsSecurity::Plain,
+    };
+    Ok(Endpoints {
+        metrics,
+        metrics_security,
+        health: args.health_probe_bind_address.0,
+        limits: LIMITS,
+    })
+}
+
+/// Starts the servers the command line asks for (see [`endpoints_from_args`], [`serve`]).
+///
+/// # Errors
+/// [`Error::Serve`] when an address cannot be bound or the certificate cannot be loaded.
+pub async fn serve_from_args(
+    args: &RunArgs,
+    client: &Client,
     m: Metrics,
     ready: Readiness,
 ) -> Result<(), Error> {
-    let mut routers: Vec<(&'static str, SocketAddr, Router)> = Vec::new();
+    serve(endpoints_from_args(args, client)?, m, ready).await?;
+    Ok(())
+}
+
+/// Binds the listeners and serves them in background tasks; returns what is served where
+/// (the bound addresses: port 0 picks a free one).
+///
+/// # Errors
+/// [`Error::Serve`] when an address cannot be bound (in use, no permission), or when
+/// HTTPS metrics and the plain-HTTP probes are asked for on one address.
+pub async fn serve(
+    endpoints: Endpoints,
+    m: Metrics,
+    ready: Readiness,
+) -> Result<Vec<(&'static str, SocketAddr)>, Error> {
+    let Endpoints {
+        metrics: metrics_addr,
+        metrics_security,
+        health: health_addr,
+        limits,
+    } = endpoints;
+    let secure = matches!(metrics_security, MetricsSecurity::Secure { .. });
+    let mut routers: Vec<(&'static str, SocketAddr, Router, MetricsSecurity)> = Vec::new();
     match (metrics_addr, health_addr) {
+        (Some(ma), Some(ha)) if ma == ha && secure => {
+            return Err(Error::Serve {
+                what: "metrics and health probes",
+                addr: ma,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "HTTPS metrics (--metrics-secure) and the plain-HTTP probes need two \
+                     addresses: set --metrics-bind-address and --health-probe-bind-address apart",
+                ),
+            });
+        }
         (Some(ma), Some(ha)) if ma == ha => {
             routers.push((
                 "metrics and health probes",
                 ma,
                 metrics_router(m).merge(health_router(ready)),
+                MetricsSecurity::Plain,
             ));
         }
         (ma, ha) => {
             if let Some(ma) = ma {
-                routers.push(("metrics", ma, metrics_router(m)));
+                routers.push(("metrics", ma, metrics_router(m), metrics_security));
             }
             if let Some(ha) = ha {
-                routers.push(("health probes", ha, health_router(ready)));
+                routers.push((
+                    "health probes",
+                    ha,
+                    health_router(ready),
+                    MetricsSecurity::Plain,
+                ));
             }
         }
     }
-    for (what, addr, router) in routers {
+    let mut bound = Vec::new();
+    for (what, addr, router, security) in routers {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Serve { what, addr, source })?;
-        tracing::info!(%addr, "serving {what}");
-        tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                tracing::error!(%error, "{what} server stopped");
+        let addr = listener.local_addr().unwrap_or(addr);
+        bound.push((what, addr));
+        match security {
+            MetricsSecurity::Plain => {
+                tracing::info!(%addr, "serving {what} (http)");
+                tokio::spawn(http_serving::serve_plain(
+                    listener,
+                    router,
+                    limits,
+                    std::future::pending(),
+                ));
             }
-        });
+            MetricsSecurity::Secure { tls, authorizer } => {
+                tracing::info!(%addr, "serving {what} (https, authenticated and authorized by the API server)");
+                let router = router.layer(axum::middleware::from_fn_with_state(
+                    authorizer,
+                    metrics_auth::require_authorized,
+                ));
+                tokio::spawn(http_serving::serve(
+                    listener,
+                    router,
+                    limits,
+                    metrics_auth::tls_handshake(tls),
+                    std::future::pending(),
+                ));
+            }
+        }
     }
-    Ok(())
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::metrics_auth::{Decision, Reviewer};
+    use futures::future::BoxFuture;
+    use std::time::Instant;
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    fn local() -> Option<SocketAddr> {
+        Some(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Sends `request` and reads the answer until the server closes.
+    async fn exchange(mut stream: impl AsyncRead + AsyncWrite + Unpin, request: &str) -> String {
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out))
+            .await
+            .expect("an answer within 5 s");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn get(path: &str, token: Option<&str>) -> String {
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn probes_answer_despite_300_half_written_connections_which_are_closed() {
+        let timeout = Duration::from_millis(1500);
+        let bound = serve(
+            Endpoints {
+                metrics: None,
+                metrics_security: MetricsSecurity::Plain,
+                health: local(),
+                limits: Limits {
+                    header_read_timeout: timeout,
+                    ..LIMITS
+                },
+            },
+            Metrics::new(),
+            Readiness::default(),
+        )
+        .await
+        .unwrap();
+        let addr = bound[0].1;
+        let opened = Instant::now();
+        let mut idle = Vec::new();
+        for _ in 0..300 {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                .await
+                .unwrap();
+            idle.push(s);
+        }
+        let asked = Instant::now();
+        let answer = exchange(
+            TcpStream::connect(addr).await.unwrap(),
+            &get("/healthz", None),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            asked.elapsed()
+        );
+        let answer = exchange(
+            TcpStream::connect(addr).await.unwrap(),
+            &get("/readyz", None),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        for s in &mut idle {
+            let mut buf = [0_u8; 256];
+            let closed = tokio::time::timeout(Duration::from_secs(5), async {
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            })
+            .await;
+            assert!(closed.is_ok(), "a half-written connection stayed open");
+        }
+        assert!(opened.elapsed() >= timeout - Duration::from_millis(200));
+    }
+
+    /// Allows token `reader`, knows `stranger` but forbids it.
+    struct Fake;
+
+    impl Reviewer for Fake {
+        fn review<'a>(
+            &'a self,
+            token: &'a str,
+            verb: &'a str,
+            path: &'a str,
+        ) -> BoxFuture<'a, Result<Decision, kube::Error>> {
+            Box::pin(async move {
+                Ok(match token {
+                    "reader" if verb == "get" && path == "/metrics" => {
+                        Decision::Allowed { user: token.into() }
+                    }
+                    "reader" | "stranger" => Decision::Forbidden { user: token.into() },
+                    _ => Decision::Unauthenticated,
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn secure_metrics_answer_401_403_and_200() {
+        let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let dir = std::env::temp_dir().join(format!("health-tls-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        };
+        std::fs::write(&files.cert, generated.cert.pem()).unwrap();
+        std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
+        let m = Metrics::new();
+        m.controller_started("test", 1);
+        let bound = serve(
+            Endpoints {
+                metrics: local(),
+                metrics_security: MetricsSecurity::Secure {
+                    tls: metrics_auth::tls_config(Some(&files)).unwrap(),
+                    authorizer: Arc::new(Authorizer::new(Fake)),
+                },
+                health: None,
+                limits: LIMITS,
+            },
+            m,
+            Readiness::default(),
+        )
+        .await
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr = bound[0].1;
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(generated.cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let https = |request: String| {
+            let connector = connector.clone();
+            async move {
+                let tcp = TcpStream::connect(addr).await.unwrap();
+                let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+                let tls = connector.connect(name, tcp).await.unwrap();
+                exchange(tls, &request).await
+            }
+        };
+        let answer = https(get("/metrics", None)).await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        let answer = https(get("/metrics", Some("forged"))).await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        let answer = https(get("/metrics", Some("stranger"))).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        let answer = https(get("/metrics", Some("reader"))).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.contains("controller_runtime_max_concurrent_reconciles"),
+            "{answer}"
+        );
+        // Plain HTTP on the HTTPS port gets no metrics.
+        let answer = exchange(
+            TcpStream::connect(addr).await.unwrap(),
+            &get("/metrics", None),
+        )
+        .await;
+        assert!(!answer.contains("controller_runtime"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn secure_metrics_and_probes_cannot_share_an_address() {
+        let addr = Some(SocketAddr::from(([127, 0, 0, 1], 1)));
+        let err = serve(
+            Endpoints {
+                metrics: addr,
+                metrics_security: MetricsSecurity::Secure {
+                    tls: metrics_auth::tls_config(None).unwrap(),
+                    authorizer: Arc::new(Authorizer::new(Fake)),
+                },
+                health: addr,
+                limits: LIMITS,
+            },
+            Metrics::new(),
+            Readiness::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("--health-probe-bind-address"),
+            "{err}"
+        );
+    }
 }

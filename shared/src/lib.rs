@@ -18,6 +18,7 @@ pub mod events;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod namespaces;
 pub mod ownership;
 pub mod pod_security;

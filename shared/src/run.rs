@@ -108,13 +108,7 @@ impl Operator {
 
         let metrics = Metrics::new();
         let ready = Readiness::default();
-        health::serve(
-            args.metrics_bind_address.0,
-            args.health_probe_bind_address.0,
-            metrics.clone(),
-            ready.clone(),
-        )
-        .await?;
+        health::serve_from_args(&args, &client, metrics.clone(), ready.clone()).await?;
         let shutdown = shutdown_on_signal();
 
         let mut leadership = None;

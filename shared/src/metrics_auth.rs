@@ -1,0 +1,532 @@
+//! Secure `/metrics`, as a kubebuilder v4 manager serves it (controller-runtime's
+//! `filters.WithAuthenticationAndAuthorization`): HTTPS, and every request
+//!
+//! 1. carries `Authorization: Bearer <token>` (else `401`),
+//! 2. whose token a `TokenReview` (`authentication.k8s.io/v1`) authenticates (else `401`),
+//! 3. and whose user a `SubjectAccessReview` (`authorization.k8s.io/v1`) allows the
+//!    request's verb on its non-resource path, e.g. `get` on `/metrics` (else `403`).
+//!
+//! The answers are cached (allowed: 1 min, denied: 10 s, at most 1,024 entries, keyed by
+//! a SHA-256 of token, verb and path, so no token is kept), so a Prometheus scraping
+//! every 15 s costs two API calls a minute, not two per scrape. An API server that cannot
+//! be asked gives `500` and nothing is cached.
+//!
+//! The certificate is `tls.crt`/`tls.key` (PEM) from a directory (e.g. a cert-manager
+//! Secret mounted into the pod), or self-signed and generated in memory at startup (the
+//! root filesystem can stay read-only), as controller-runtime does without a cert path.
+
+use std::{
+    collections::HashMap,
+    io,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    extract::{Request, State},
+    http::{StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use futures::future::BoxFuture;
+use k8s_openapi::api::{
+    authentication::v1::{TokenReview, TokenReviewSpec},
+    authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+};
+use kube::{
+    Client,
+    api::{Api, PostParams},
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject};
+use tokio::net::TcpStream;
+
+/// How long an allowed request's answer is reused.
+pub const ALLOW_TTL: Duration = Duration::from_secs(60);
+/// How long a refused (401 or 403) request's answer is reused.
+pub const DENY_TTL: Duration = Duration::from_secs(10);
+/// At most this many answers are cached.
+pub const CACHE_CAPACITY: usize = 1024;
+
+/// What the API server said about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The token is not valid (`401`).
+    Unauthenticated,
+    /// The token's user may not do this (`403`).
+    Forbidden {
+        /// The user name from the TokenReview.
+        user: String,
+    },
+    /// The token's user may do this.
+    Allowed {
+        /// The user name from the TokenReview.
+        user: String,
+    },
+}
+
+/// Asks whether a bearer token may use `verb` on the non-resource `path`.
+pub trait Reviewer: Send + Sync + 'static {
+    /// One review; an error means the question could not be answered (not cached).
+    fn review<'a>(
+        &'a self,
+        token: &'a str,
+        verb: &'a str,
+        path: &'a str,
+    ) -> BoxFuture<'a, Result<Decision, kube::Error>>;
+}
+
+/// Reviews with a TokenReview and a SubjectAccessReview against the API server.
+#[derive(Clone)]
+pub struct ApiServerReviewer {
+    client: Client,
+}
+
+impl ApiServerReviewer {
+    /// Reviews with `client` (its identity needs `create` on `tokenreviews` and
+    /// `subjectaccessreviews`: the `metrics-auth-role` of `deploy/`).
+    #[must_use]
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+impl Reviewer for ApiServerReviewer {
+    fn review<'a>(
+        &'a self,
+        token: &'a str,
+        verb: &'a str,
+        path: &'a str,
+    ) -> BoxFuture<'a, Result<Decision, kube::Error>> {
+        Box::pin(async move {
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: token.to_owned(),
+                    ..TokenReviewSpec::default()
+                },
+                ..TokenReview::default()
+            };
+            let reviewed = Api::<TokenReview>::all(self.client.clone())
+                .create(&PostParams::default(), &review)
+                .await?;
+            let status = reviewed.status.unwrap_or_default();
+            let user = match (status.authenticated, status.user) {
+                (Some(true), Some(user)) => user,
+                _ => return Ok(Decision::Unauthenticated),
+            };
+            let name = user.username.clone().unwrap_or_default();
+            let access = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: user.username,
+                    groups: user.groups,
+                    uid: user.uid,
+                    extra: user.extra,
+                    non_resource_attributes: Some(NonResourceAttributes {
+                        path: Some(path.to_owned()),
+                        verb: Some(verb.to_owned()),
+                    }),
+                    ..SubjectAccessReviewSpec::default()
+                },
+                ..SubjectAccessReview::default()
+            };
+            let answered = Api::<SubjectAccessReview>::all(self.client.clone())
+                .create(&PostParams::default(), &access)
+                .await?;
+            Ok(if answered.status.is_some_and(|s| s.allowed) {
+                Decision::Allowed { user: name }
+            } else {
+                Decision::Forbidden { user: name }
+            })
+        })
+    }
+}
+
+/// A [`Reviewer`] with a bounded cache of its answers.
+pub struct Authorizer {
+    reviewer: Box<dyn Reviewer>,
+    cache: Mutex<Cache>,
+}
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorizer").finish_non_exhaustive()
+    }
+}
+
+impl Authorizer {
+    /// Caches the answers of `reviewer`.
+    #[must_use]
+    pub fn new(reviewer: impl Reviewer) -> Self {
+        Self {
+            reviewer: Box::new(reviewer),
+            cache: Mutex::new(Cache::new(CACHE_CAPACITY)),
+        }
+    }
+
+    /// The decision for `token` doing `verb` on `path`: cached, or asked.
+    ///
+    /// # Errors
+    /// When the API server could not be asked.
+    pub async fn decide(
+        &self,
+        token: &str,
+        verb: &str,
+        path: &str,
+    ) -> Result<Decision, kube::Error> {
+        let key = cache_key(token, verb, path);
+        let now = Instant::now();
+        if let Some(hit) = self.lock().get(&key, now) {
+            return Ok(hit);
+        }
+        let decision = self.reviewer.review(token, verb, path).await?;
+        let ttl = match decision {
+            Decision::Allowed { .. } => ALLOW_TTL,
+            _ => DENY_TTL,
+        };
+        self.lock()
+            .insert(key, decision.clone(), Instant::now() + ttl);
+        Ok(decision)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        // A panic while holding the lock leaves a cache that is still consistent.
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+type Key = [u8; 32];
+
+fn cache_key(token: &str, verb: &str, path: &str) -> Key {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [token, verb, path] {
+        ctx.update(&(part.len() as u64).to_be_bytes());
+        ctx.update(part.as_bytes());
+    }
+    let mut key = [0_u8; 32];
+    key.copy_from_slice(ctx.finish().as_ref());
+    key
+}
+
+/// Decisions with their expiry; at capacity, expired entries go first, then the ones
+/// expiring soonest.
+#[derive(Debug)]
+struct Cache {
+    capacity: usize,
+    entries: HashMap<Key, (Decision, Instant)>,
+}
+
+impl Cache {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, key: &Key, now: Instant) -> Option<Decision> {
+        match self.entries.get(key) {
+            Some((decision, expires)) if *expires > now => Some(decision.clone()),
+            Some(_) => {
+                self.entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn insert(&mut self, key: Key, decision: Decision, expires: Instant) {
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
+            let now = Instant::now();
+            self.entries.retain(|_, (_, e)| *e > now);
+            while self.entries.len() >= self.capacity {
+                let soonest = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, (_, e))| *e)
+                    .map(|(k, _)| *k);
+                match soonest {
+                    Some(k) => self.entries.remove(&k),
+                    None => break,
+                };
+            }
+        }
+        self.entries.insert(key, (decision, expires));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// The bearer token of a request's `Authorization` header.
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// axum middleware: authenticates and authorizes every request (see the module docs).
+pub async fn require_authorized(
+    State(auth): State<Arc<Authorizer>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let unauthorized = || {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "Unauthorized\n",
+        )
+            .into_response()
+    };
+    let Some(token) = bearer(&request) else {
+        return unauthorized();
+    };
+    let verb = request.method().as_str().to_ascii_lowercase();
+    let path = request.uri().path().to_owned();
+    match auth.decide(token, &verb, &path).await {
+        Ok(Decision::Allowed { .. }) => next.run(request).await,
+        Ok(Decision::Unauthenticated) => unauthorized(),
+        Ok(Decision::Forbidden { user }) => {
+            tracing::debug!(%user, %verb, %path, "metrics request forbidden");
+            (
+                StatusCode::FORBIDDEN,
+                format!("Forbidden (user={user}, verb={verb}, resource=, subresource=)\n"),
+            )
+                .into_response()
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot review a metrics request with the API server");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Authentication or authorization failed\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// Where a certificate and its key are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    /// The PEM certificate (chain).
+    pub cert: std::path::PathBuf,
+    /// The PEM private key.
+    pub key: std::path::PathBuf,
+}
+
+/// The TLS configuration of the metrics server: the certificate in `files`, else a new
+/// self-signed one (for `localhost` and the pod's host name).
+///
+/// # Errors
+/// A file that cannot be read or holds no certificate or key; a key that does not match.
+pub fn tls_config(files: Option<&CertFiles>) -> io::Result<Arc<rustls::ServerConfig>> {
+    let (certs, key) = match files {
+        Some(files) => read_cert(files)?,
+        None => self_signed()?,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+type CertAndKey = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+fn read_cert(files: &CertFiles) -> io::Result<CertAndKey> {
+    let invalid = |path: &Path, what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {what}", path.display()),
+        )
+    };
+    let certs = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| invalid(&files.cert, &e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(&files.cert, &e.to_string()))?;
+    if certs.is_empty() {
+        return Err(invalid(&files.cert, "no PEM certificate"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| invalid(&files.key, &e.to_string()))?;
+    Ok((certs, key))
+}
+
+fn self_signed() -> io::Result<CertAndKey> {
+    let mut names = vec!["localhost".to_owned()];
+    if let Ok(host) = std::env::var("HOSTNAME")
+        && !host.is_empty()
+    {
+        names.push(host);
+    }
+    let generated = rcgen::generate_simple_self_signed(names).map_err(io::Error::other)?;
+    let key = PrivatePkcs8KeyDer::from(generated.signing_key.serialize_der());
+    Ok((
+        vec![generated.cert.der().clone()],
+        PrivateKeyDer::Pkcs8(key),
+    ))
+}
+
+/// The TLS handshake for [`http_serving::serve`].
+pub fn tls_handshake(
+    config: Arc<rustls::ServerConfig>,
+) -> impl Fn(TcpStream) -> BoxFuture<'static, io::Result<tokio_rustls::server::TlsStream<TcpStream>>>
++ Clone
++ Send
++ Sync
++ 'static {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    move |stream| {
+        let acceptor = acceptor.clone();
+        Box::pin(async move { acceptor.accept(stream).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Allows `good` for `get /metrics`, knows `other` but forbids it, fails on `broken`.
+    struct Fake(Arc<AtomicUsize>);
+
+    impl Reviewer for Fake {
+        fn review<'a>(
+            &'a self,
+            token: &'a str,
+            verb: &'a str,
+            path: &'a str,
+        ) -> BoxFuture<'a, Result<Decision, kube::Error>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                match token {
+                    "good" if verb == "get" && path == "/metrics" => Ok(Decision::Allowed {
+                        user: "good".into(),
+                    }),
+                    "good" | "other" => Ok(Decision::Forbidden { user: token.into() }),
+                    "broken" => Err(kube::Error::LinesCodecMaxLineLengthExceeded),
+                    _ => Ok(Decision::Unauthenticated),
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_are_cached_per_token_verb_and_path_errors_are_not() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let auth = Authorizer::new(Fake(calls.clone()));
+        for _ in 0..3 {
+            assert_eq!(
+                auth.decide("good", "get", "/metrics").await.unwrap(),
+                Decision::Allowed {
+                    user: "good".into()
+                }
+            );
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "one review for three scrapes"
+        );
+        assert!(matches!(
+            auth.decide("good", "post", "/metrics").await.unwrap(),
+            Decision::Forbidden { .. }
+        ));
+        assert!(matches!(
+            auth.decide("other", "get", "/metrics").await.unwrap(),
+            Decision::Forbidden { .. }
+        ));
+        assert_eq!(
+            auth.decide("nope", "get", "/metrics").await.unwrap(),
+            Decision::Unauthenticated
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert!(auth.decide("broken", "get", "/metrics").await.is_err());
+        assert!(auth.decide("broken", "get", "/metrics").await.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 6, "errors are asked again");
+    }
+
+    #[test]
+    fn cache_expires_and_stays_bounded() {
+        let mut cache = Cache::new(3);
+        let now = Instant::now();
+        let allowed = Decision::Allowed { user: "u".into() };
+        cache.insert(cache_key("a", "get", "/"), allowed.clone(), now + ALLOW_TTL);
+        assert_eq!(
+            cache.get(&cache_key("a", "get", "/"), now),
+            Some(allowed.clone())
+        );
+        assert_eq!(
+            cache.get(&cache_key("a", "get", "/"), now + ALLOW_TTL),
+            None
+        );
+        assert_eq!(cache.len(), 0, "an expired entry is dropped when read");
+        for (i, token) in ["t1", "t2", "t3", "t4", "t5"].iter().enumerate() {
+            let expires = now + DENY_TTL + Duration::from_secs(i as u64);
+            cache.insert(cache_key(token, "get", "/"), allowed.clone(), expires);
+            assert!(cache.len() <= 3);
+        }
+        // The ones expiring soonest made room.
+        assert_eq!(cache.get(&cache_key("t1", "get", "/"), now), None);
+        assert_eq!(cache.get(&cache_key("t2", "get", "/"), now), None);
+        assert!(cache.get(&cache_key("t5", "get", "/"), now).is_some());
+        // Keys differ by every part (length-prefixed: no ambiguity from concatenation).
+        assert_ne!(cache_key("ab", "c", "/"), cache_key("a", "bc", "/"));
+        assert_ne!(
+            cache_key("a", "get", "/metrics"),
+            cache_key("a", "get", "/x")
+        );
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_from_the_authorization_header() {
+        let req = |v: Option<&str>| {
+            let mut b = axum::http::Request::builder().uri("/metrics");
+            if let Some(v) = v {
+                b = b.header(header::AUTHORIZATION, v);
+            }
+            b.body(axum::body::Body::empty()).unwrap()
+        };
+        assert_eq!(bearer(&req(Some("Bearer abc"))), Some("abc"));
+        assert_eq!(bearer(&req(Some("bearer  abc "))), Some("abc"));
+        assert_eq!(bearer(&req(Some("Basic abc"))), None);
+        assert_eq!(bearer(&req(Some("Bearer "))), None);
+        assert_eq!(bearer(&req(None)), None);
+    }
+
+    #[test]
+    fn self_signed_and_file_certificates_make_a_tls_config() {
+        let config = tls_config(None).unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        // The same kind of certificate from files, as a mounted Secret would hold it.
+        let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let dir = std::env::temp_dir().join(format!("metrics-auth-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        };
+        std::fs::write(&files.cert, generated.cert.pem()).unwrap();
+        std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
+        assert!(tls_config(Some(&files)).is_ok());
+        std::fs::write(&files.cert, "not a certificate").unwrap();
+        let err = tls_config(Some(&files)).unwrap_err();
+        assert!(err.to_string().contains("tls.crt"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
