@@ -90,6 +90,37 @@ pub fn kubectl() -> Command {
     c
 }
 
+/// Creates `namespace` if it is missing and decides where its pods go: to
+/// the simulated nodes (`simulated`), or to the real node. Pods that already
+/// exist stay where they are.
+pub fn place_namespace(namespace: &str, simulated: bool) -> Result<()> {
+    let exists = kubectl()
+        .args(["get", "namespace", namespace])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !exists {
+        // Another test may create it at the same moment.
+        let _ = kubectl_ok(["create", "namespace", namespace]);
+    }
+    let mut args = vec![
+        "annotate".to_owned(),
+        "namespace".to_owned(),
+        namespace.to_owned(),
+        "--overwrite".to_owned(),
+    ];
+    for (key, value) in xtask::simulated::NAMESPACE_ANNOTATIONS {
+        args.push(if simulated {
+            format!("{key}={value}")
+        } else {
+            format!("{key}-")
+        });
+    }
+    kubectl_ok(args)?;
+    Ok(())
+}
+
 /// Runs kubectl with `args` and returns stdout, failing with its stderr.
 pub fn kubectl_ok<I, S>(args: I) -> Result<String>
 where
@@ -161,25 +192,35 @@ pub struct TestNamespace {
     pub client: Client,
 }
 
+const RESTRICTED: [(&str, &str); 2] = [
+    ("pod-security.kubernetes.io/enforce", "restricted"),
+    ("pod-security.kubernetes.io/warn", "restricted"),
+];
+
 impl TestNamespace {
-    /// Creates a fresh namespace for one test.
+    /// Creates a fresh namespace for one test; its pods go to the simulated
+    /// nodes (scheduled and Running, nothing runs).
     pub async fn new(prefix: &str) -> Result<TestNamespace> {
-        TestNamespace::with_labels(prefix, &[]).await
+        TestNamespace::create(prefix, &[], true).await
     }
 
-    /// Creates a namespace that enforces the `restricted` Pod Security Standard.
+    /// Creates a namespace that enforces the `restricted` Pod Security
+    /// Standard; its pods go to the simulated nodes.
     pub async fn restricted(prefix: &str) -> Result<TestNamespace> {
-        TestNamespace::with_labels(
-            prefix,
-            &[
-                ("pod-security.kubernetes.io/enforce", "restricted"),
-                ("pod-security.kubernetes.io/warn", "restricted"),
-            ],
-        )
-        .await
+        TestNamespace::create(prefix, &RESTRICTED, true).await
     }
 
-    async fn with_labels(prefix: &str, labels: &[(&str, &str)]) -> Result<TestNamespace> {
+    /// Creates a namespace that enforces the `restricted` Pod Security
+    /// Standard and whose pods run for real on the local cluster's real node.
+    pub async fn real(prefix: &str) -> Result<TestNamespace> {
+        TestNamespace::create(prefix, &RESTRICTED, false).await
+    }
+
+    async fn create(
+        prefix: &str,
+        labels: &[(&str, &str)],
+        simulated: bool,
+    ) -> Result<TestNamespace> {
         let client = admin_client().await?;
         let name = format!("e2e-{prefix}-{}", unique_suffix());
         let mut ns = Namespace::default();
@@ -190,6 +231,14 @@ impl TestNamespace {
             .collect();
         all.insert("e2e.rust-operators.dev/test".into(), prefix.into());
         ns.metadata.labels = Some(all);
+        if simulated {
+            ns.metadata.annotations = Some(
+                xtask::simulated::NAMESPACE_ANNOTATIONS
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            );
+        }
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await

@@ -32,6 +32,9 @@ pub fn install(operator: &str) -> Result<()> {
         return Ok(());
     }
     let dir = repo_root().join("deploy").join(operator);
+    // The operators under test run as local processes: the tree's own
+    // Deployment is only admitted and simulated, never run beside them.
+    crate::place_namespace(&format!("{operator}-system"), true)?;
     kubectl_ok([
         "apply".as_ref(),
         "--server-side".as_ref(),

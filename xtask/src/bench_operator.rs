@@ -748,6 +748,8 @@ async fn bench(
         "metadata": {
             "name": namespace,
             "labels": { "bench.rust-operators.dev/operator": op.name() },
+            // Thousands of pods: on the simulated nodes.
+            "annotations": xtask::simulated::annotations_json(),
         }
     }))?;
     ns_api.create(&PostParams::default(), &ns).await?;

@@ -52,9 +52,17 @@ pub fn show(cmd: &Command) -> String {
 
 /// Whether an executable is on PATH.
 pub fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| is_executable(&dir.join(program)))
-    })
+    which(program).is_some()
+}
+
+/// The path of an executable on PATH (also the usual `sbin` folders, which
+/// a non-login root shell may lack).
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(std::path::PathBuf::from))
+        .map(|dir| dir.join(program))
+        .find(|p| is_executable(p))
 }
 
 /// Whether a file exists and is executable.

@@ -16,6 +16,7 @@
 //! `skopeo`.
 
 mod elf;
+pub mod system;
 mod tar;
 
 use crate::cmd;
@@ -285,34 +286,77 @@ fn assemble(
     ca_bundle: Vec<u8>,
     epoch: u64,
 ) -> Result<Layout> {
+    let spec = Spec {
+        title: name.to_owned(),
+        entries: rootfs(name, binary, ca_bundle),
+        entrypoint: vec![format!("/usr/local/bin/{name}")],
+        cmd: Vec::new(),
+        user: Some(USER.to_owned()),
+        env: vec![
+            "PATH=/usr/local/bin".to_owned(),
+            format!("SSL_CERT_FILE={CA_BUNDLE}"),
+            "SSL_CERT_DIR=/etc/ssl/certs".to_owned(),
+        ],
+        source: pkg.source.clone(),
+        version: pkg.version.clone(),
+        created_by: format!("cargo xtask image {name}"),
+    };
+    assemble_spec(spec, tag, epoch)
+}
+
+/// Everything an image is made of: its one layer's files and its config.
+pub struct Spec {
+    /// `org.opencontainers.image.title`.
+    pub title: String,
+    /// The files of the layer.
+    pub entries: Vec<tar::Entry>,
+    /// The image's entrypoint.
+    pub entrypoint: Vec<String>,
+    /// The image's default arguments.
+    pub cmd: Vec<String>,
+    /// The user it runs as (`uid:gid`), if not root.
+    pub user: Option<String>,
+    /// `NAME=value` environment.
+    pub env: Vec<String>,
+    /// `org.opencontainers.image.source`.
+    pub source: String,
+    /// `org.opencontainers.image.version`.
+    pub version: String,
+    /// The history entry's `created_by`.
+    pub created_by: String,
+}
+
+/// Assembles an image from its spec (pure: same inputs, same bytes).
+fn assemble_spec(spec: Spec, tag: &str, epoch: u64) -> Result<Layout> {
     let (_, arch) = platform()?;
-    let layer_tar = tar::archive(rootfs(name, binary, ca_bundle), epoch)?;
+    let layer_tar = tar::archive(spec.entries, epoch)?;
     let diff_id = sha256(&layer_tar);
     let layer = gzip(&layer_tar)?;
     let created = rfc3339(epoch);
-    let entrypoint = format!("/usr/local/bin/{name}");
+    let mut image_config = json!({
+        "Entrypoint": spec.entrypoint,
+        "Env": spec.env,
+        "WorkingDir": "/",
+        "Labels": {
+            "org.opencontainers.image.title": spec.title,
+            "org.opencontainers.image.source": spec.source,
+            "org.opencontainers.image.version": spec.version,
+            "org.opencontainers.image.licenses": "Apache-2.0",
+        },
+    });
+    if let Some(user) = spec.user {
+        image_config["User"] = json!(user);
+    }
+    if !spec.cmd.is_empty() {
+        image_config["Cmd"] = json!(spec.cmd);
+    }
     let config = json!({
         "created": created,
         "architecture": arch,
         "os": "linux",
-        "config": {
-            "User": USER,
-            "Entrypoint": [entrypoint],
-            "Env": [
-                "PATH=/usr/local/bin",
-                format!("SSL_CERT_FILE={CA_BUNDLE}"),
-                "SSL_CERT_DIR=/etc/ssl/certs",
-            ],
-            "WorkingDir": "/",
-            "Labels": {
-                "org.opencontainers.image.title": name,
-                "org.opencontainers.image.source": pkg.source,
-                "org.opencontainers.image.version": pkg.version,
-                "org.opencontainers.image.licenses": "Apache-2.0",
-            },
-        },
+        "config": image_config,
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created": created, "created_by": format!("cargo xtask image {name}")}],
+        "history": [{"created": created, "created_by": spec.created_by}],
     });
     let config = serde_json::to_vec(&config)?;
     let manifest = serde_json::to_vec(&json!({
@@ -412,17 +456,22 @@ pub fn build(name: &str, tag: Option<&str>) -> Result<Image> {
         format!("reading {CA_BUNDLE}: install the CA bundle first (Debian: apt-get install ca-certificates)")
     })?;
     let layout = assemble(name, &tag, &pkg, &binary, ca_bundle, source_date_epoch()?)?;
+    write_image(name, &tag, &layout)
+}
+
+/// Writes an assembled image under `target/images/<name>` (and `.oci.tar`).
+fn write_image(name: &str, tag: &str, layout: &Layout) -> Result<Image> {
     let dir = images_dir().join(name);
-    write_layout_dir(&dir, &layout)?;
+    write_layout_dir(&dir, layout)?;
     let archive = images_dir().join(format!("{name}.oci.tar"));
-    let tar = tar::archive(layout_entries(&layout), source_date_epoch()?)?;
+    let tar = tar::archive(layout_entries(layout), source_date_epoch()?)?;
     let tmp = archive.with_extension("tar.tmp");
     std::fs::write(&tmp, tar)?;
     std::fs::rename(&tmp, &archive)?;
     let image = Image {
         name: name.to_owned(),
-        tag,
-        digest: layout.manifest_digest,
+        tag: tag.to_owned(),
+        digest: layout.manifest_digest.clone(),
         layout: dir,
         archive,
         size: layout.size,
@@ -456,11 +505,14 @@ fn check_tag(tag: &str) -> Result<()> {
 /// Copies the image to `<registry>/<name>:<tag>` with skopeo and returns the
 /// pushed reference, pinned by digest.
 pub fn push(image: &Image, registry: &str) -> Result<String> {
-    if !cmd::on_path("skopeo") {
-        bail!("pushing needs skopeo (Debian: apt-get install skopeo)");
-    }
     let registry = registry.trim_end_matches('/');
-    let dest = format!("{registry}/{}:{}", image.name, image.tag);
+    push_to(image, &format!("{registry}/{}:{}", image.name, image.tag))
+}
+
+/// Copies the image to `dest` (`host:port/repository:tag`) with skopeo and
+/// returns the pushed reference, pinned by digest.
+pub fn push_to(image: &Image, dest: &str) -> Result<String> {
+    crate::deps::ensure_debian(&[("skopeo", "skopeo")])?;
     let digest_file = images_dir().join(format!("{}.pushed-digest", image.name));
     cmd::run(Command::new("skopeo").args([
         "copy",

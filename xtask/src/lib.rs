@@ -4,3 +4,4 @@
 
 pub mod kubeconfig;
 pub mod node_ports;
+pub mod simulated;

@@ -20,6 +20,7 @@ mod cmd;
 mod crds;
 mod demo;
 mod deploy;
+mod deps;
 mod image;
 mod paths;
 mod pulsar;

@@ -28,7 +28,8 @@ pub struct Component {
     pub binaries: &'static [&'static str],
 }
 
-/// Kubernetes itself: API server, controller manager, scheduler and kubectl.
+/// Kubernetes itself: API server, controller manager, scheduler, kubectl, and
+/// the real node's kubelet and kube-proxy.
 pub const KUBERNETES: Component = Component {
     name: "kubernetes",
     module: "k8s.io/kubernetes",
@@ -37,12 +38,16 @@ pub const KUBERNETES: Component = Component {
         "k8s.io/kubernetes/cmd/kube-controller-manager",
         "k8s.io/kubernetes/cmd/kube-scheduler",
         "k8s.io/kubernetes/cmd/kubectl",
+        "k8s.io/kubernetes/cmd/kubelet",
+        "k8s.io/kubernetes/cmd/kube-proxy",
     ],
     binaries: &[
         "kube-apiserver",
         "kube-controller-manager",
         "kube-scheduler",
         "kubectl",
+        "kubelet",
+        "kube-proxy",
     ],
 };
 
@@ -62,8 +67,42 @@ pub const KWOK: Component = Component {
     binaries: &["kwok"],
 };
 
+/// containerd 2 (Kubernetes 1.36 needs it; Debian's 1.6 is too old), its runc
+/// shim and `ctr` for looking inside. runc itself is Debian's.
+pub const CONTAINERD: Component = Component {
+    name: "containerd",
+    module: "github.com/containerd/containerd/v2",
+    packages: &[
+        "github.com/containerd/containerd/v2/cmd/containerd",
+        "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+        "github.com/containerd/containerd/v2/cmd/ctr",
+    ],
+    binaries: &["containerd", "containerd-shim-runc-v2", "ctr"],
+};
+
+/// The CNI plugins the real node's pod network uses.
+pub const CNI: Component = Component {
+    name: "cni",
+    module: "github.com/containernetworking/plugins",
+    packages: &[
+        "github.com/containernetworking/plugins/plugins/main/bridge",
+        "github.com/containernetworking/plugins/plugins/ipam/host-local",
+        "github.com/containernetworking/plugins/plugins/main/loopback",
+        "github.com/containernetworking/plugins/plugins/meta/portmap",
+    ],
+    binaries: &["bridge", "host-local", "loopback", "portmap"],
+};
+
+/// CoreDNS, through a wrapper that links only the plugins the cluster uses.
+pub const COREDNS: Component = Component {
+    name: "coredns",
+    module: "github.com/coredns/coredns",
+    packages: &["."],
+    binaries: &["coredns"],
+};
+
 /// Every component, in build order.
-pub const ALL: [&Component; 3] = [&ETCD, &KWOK, &KUBERNETES];
+pub const ALL: [&Component; 6] = [&ETCD, &KWOK, &KUBERNETES, &CNI, &CONTAINERD, &COREDNS];
 
 impl Component {
     /// The folder of the Go module in the repository.
@@ -126,6 +165,17 @@ impl Component {
             "kwok" => {
                 let bare = version.trim_start_matches('v');
                 flags.push_str(&format!(" -X sigs.k8s.io/kwok/pkg/consts.Version={bare}"));
+            }
+            "containerd" => {
+                flags.push_str(&format!(
+                    " -X github.com/containerd/containerd/v2/version.Version={version}"
+                ));
+            }
+            "coredns" => {}
+            "cni" => {
+                flags.push_str(&format!(
+                    " -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}"
+                ));
             }
             _ => {}
         }

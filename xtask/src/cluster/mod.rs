@@ -1,13 +1,16 @@
 //! `cargo xtask cluster up | down | status | env`: a real, local Kubernetes
-//! control plane for the end-to-end tests.
+//! cluster for the end-to-end tests.
 //!
 //! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok run
 //! as plain processes on 127.0.0.1 only. RBAC is on and service-account tokens
 //! work, so the operators can be tested with their own least-privilege
-//! identities. kwok plays the kubelet of a few simulated nodes: pods get
-//! scheduled and become Running and Ready without any container runtime.
+//! identities. One real node (containerd, kubelet, kube-proxy, CoreDNS and an
+//! image registry; see [`node`]) runs the project's images as real Pods;
+//! kwok plays the kubelet of a few simulated nodes, tainted, for scale tests
+//! that need pods scheduled and Ready but nothing running.
 
 pub mod build;
+pub mod node;
 mod pki;
 
 use crate::cmd;
@@ -20,6 +23,8 @@ use std::time::{Duration, Instant};
 
 /// The API server's URL.
 pub const API_SERVER: &str = "https://127.0.0.1:16443";
+/// The API server's port (on 127.0.0.1).
+pub const API_SERVER_PORT: u16 = 16443;
 const ETCD_CLIENT: &str = "http://127.0.0.1:12379";
 const ETCD_PEER: &str = "http://127.0.0.1:12380";
 /// How many simulated nodes `up` registers.
@@ -38,17 +43,54 @@ pub enum Process {
     Scheduler,
     /// Simulates the kubelets of the nodes.
     Kwok,
+    /// The image registry of the real node (Debian's `docker-registry`).
+    Registry,
+    /// The real node's container runtime.
+    Containerd,
+    /// The real node's kubelet.
+    Kubelet,
+    /// Services and NodePorts on the real node.
+    KubeProxy,
+    /// Cluster DNS.
+    CoreDns,
 }
 
 impl Process {
     /// Every process, in start order.
-    pub const ALL: [Process; 5] = [
+    pub const ALL: [Process; 10] = [
         Process::Etcd,
         Process::ApiServer,
         Process::ControllerManager,
         Process::Scheduler,
         Process::Kwok,
+        Process::Registry,
+        Process::Containerd,
+        Process::Kubelet,
+        Process::KubeProxy,
+        Process::CoreDns,
     ];
+
+    /// Whether this process belongs to the real node.
+    pub fn is_node(self) -> bool {
+        matches!(
+            self,
+            Process::Registry
+                | Process::Containerd
+                | Process::Kubelet
+                | Process::KubeProxy
+                | Process::CoreDns
+        )
+    }
+
+    /// The processes this machine runs: the real node's only where it can
+    /// run (as root).
+    pub fn expected() -> Vec<Process> {
+        let node = node::supported();
+        Process::ALL
+            .into_iter()
+            .filter(|p| node || !p.is_node())
+            .collect()
+    }
 
     /// The name used for its binary, log and pid file.
     pub fn name(self) -> &'static str {
@@ -58,6 +100,11 @@ impl Process {
             Process::ControllerManager => "kube-controller-manager",
             Process::Scheduler => "kube-scheduler",
             Process::Kwok => "kwok",
+            Process::Registry => "registry",
+            Process::Containerd => "containerd",
+            Process::Kubelet => "kubelet",
+            Process::KubeProxy => "kube-proxy",
+            Process::CoreDns => "coredns",
         }
     }
 
@@ -78,6 +125,10 @@ impl Process {
         match self {
             Process::Etcd => build::ETCD.binary("etcd"),
             Process::Kwok => build::KWOK.binary("kwok"),
+            Process::Registry => cmd::which("docker-registry")
+                .context("docker-registry is not installed (apt-get install docker-registry)"),
+            Process::Containerd => build::CONTAINERD.binary("containerd"),
+            Process::CoreDns => build::COREDNS.binary("coredns"),
             other => build::KUBERNETES.binary(other.name()),
         }
     }
@@ -120,7 +171,7 @@ impl Layout {
             .trim()
             .parse()
             .ok()?;
-        is_our_process(pid).then_some(pid)
+        (is_our_process(pid) || runs_binary(pid, p)).then_some(pid)
     }
 }
 
@@ -143,6 +194,24 @@ fn is_our_process(pid: u32) -> bool {
     !zombie && build::is_cached_binary(&exe)
 }
 
+/// Whether `pid` is alive and runs `p`'s binary (for processes whose binary
+/// is not in the cache, such as Debian's registry).
+fn runs_binary(pid: u32, p: Process) -> bool {
+    let (Ok(exe), Ok(binary)) = (std::fs::read_link(format!("/proc/{pid}/exe")), p.binary()) else {
+        return false;
+    };
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let zombie = state
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+    !zombie && std::fs::canonicalize(binary).is_ok_and(|b| b == exe)
+}
+
+/// The API server's URL as the cluster's own components reach it.
+pub fn api_server_url() -> String {
+    API_SERVER.to_owned()
+}
+
 /// `export KUBECONFIG=...`, the line `up` ends with and `env` prints.
 pub fn env_line(layout: &Layout) -> String {
     format!("export KUBECONFIG={}", layout.kubeconfig().display())
@@ -150,9 +219,12 @@ pub fn env_line(layout: &Layout) -> String {
 
 /// Whether every process runs and the API server is ready.
 pub fn is_up(layout: &Layout) -> bool {
-    Process::ALL
-        .iter()
-        .all(|p| layout.running_pid(*p).is_some())
+    // Written by the last `up` that finished: an `up` that failed half-way
+    // leaves processes running but not this.
+    layout.root.join("up-complete").exists()
+        && Process::expected()
+            .iter()
+            .all(|p| layout.running_pid(*p).is_some())
         && api_ready(layout)
 }
 
@@ -194,17 +266,35 @@ pub fn up() -> Result<PathBuf> {
     if !cmd::on_path("curl") {
         bail!("the local cluster needs `curl` to check health: apt-get install -y curl");
     }
+    let _ = std::fs::remove_file(layout.root.join("up-complete"));
+    let real_node = node::supported();
+    if real_node {
+        node::ensure_packages()?;
+    } else {
+        println!(
+            "cluster: not running as root, so no real node (containers need namespaces, cgroups and mounts); \
+             pods run on simulated nodes only"
+        );
+    }
     build::ensure_all()?;
     for dir in ["pids", "logs", "config", "data"] {
         std::fs::create_dir_all(layout.root.join(dir))?;
     }
     pki::ensure(&layout.pki())?;
     write_configs(&layout)?;
+    if real_node {
+        node::write_configs(&layout)?;
+        node::setup_network()?;
+    }
     // An API server that outlived an etcd restart reconnects only when its
     // gRPC backoff (up to two minutes) next fires.
     let etcd_restarted_under_api = layout.running_pid(Process::Etcd).is_none()
         && layout.running_pid(Process::ApiServer).is_some();
-    for p in Process::ALL {
+    for p in Process::expected() {
+        if p == Process::CoreDns {
+            // What CoreDNS may read, before it starts reading.
+            node::apply_cluster_objects(&layout)?;
+        }
         if layout.running_pid(p).is_some() {
             continue;
         }
@@ -217,11 +307,23 @@ pub fn up() -> Result<PathBuf> {
         start_process(&layout, Process::ApiServer)?;
         wait_started(&layout, Process::ApiServer)?;
     }
-    register_nodes(&layout)?;
+    register_nodes(&layout, real_node)?;
+    if real_node {
+        node::ensure_system_images()?;
+    }
     wait_cluster_ready(&layout)?;
+    if real_node {
+        node::wait_ready(&layout)?;
+    }
+    std::fs::write(layout.root.join("up-complete"), "")?;
     println!(
-        "cluster: Kubernetes {} is up on {API_SERVER} with {NODES} simulated nodes ({} elapsed)",
+        "cluster: Kubernetes {} is up on {API_SERVER} with {}{NODES} simulated nodes ({} elapsed)",
         build::KUBERNETES.version()?,
+        if real_node {
+            format!("a real node ({}) and ", node::NODE_NAME)
+        } else {
+            String::new()
+        },
         cmd::elapsed(start)
     );
     println!("{}", env_line(&layout));
@@ -278,8 +380,20 @@ fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
         Process::ApiServer => vec![
             format!("--etcd-servers={ETCD_CLIENT}"),
             "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            "--secure-port=16443".into(),
+            // The address pods reach it at (see `node`): the `kubernetes`
+            // Service's endpoint must not be a loopback address.
+            format!(
+                "--advertise-address={}",
+                if node::supported() {
+                    node::NODE_IP
+                } else {
+                    "127.0.0.1"
+                }
+            ),
+            format!("--secure-port={API_SERVER_PORT}"),
+            format!("--kubelet-client-certificate={}", pki("admin.crt")),
+            format!("--kubelet-client-key={}", pki("admin.key")),
+            "--kubelet-preferred-address-types=InternalIP".into(),
             format!("--client-ca-file={}", pki("ca.crt")),
             format!("--tls-cert-file={}", pki("apiserver.crt")),
             format!("--tls-private-key-file={}", pki("apiserver.key")),
@@ -289,7 +403,10 @@ fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
             "--service-cluster-ip-range=10.96.0.0/16".into(),
             "--service-node-port-range=30000-32767".into(),
             "--authorization-mode=Node,RBAC".into(),
-            "--enable-admission-plugins=NodeRestriction".into(),
+            // PodNodeSelector and PodTolerationRestriction let a namespace
+            // send its pods to the simulated nodes (`node::SIMULATED_NAMESPACE_ANNOTATIONS`).
+            "--enable-admission-plugins=NodeRestriction,PodNodeSelector,PodTolerationRestriction"
+                .into(),
             "--allow-privileged=false".into(),
             "--profiling=false".into(),
             "--max-requests-inflight=1000".into(),
@@ -342,6 +459,7 @@ fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
             "--server-address=127.0.0.1:10247".into(),
             "--node-lease-duration-seconds=40".into(),
         ],
+        node_process => node::process_args(layout, node_process)?,
     };
     Ok(args)
 }
@@ -387,10 +505,24 @@ fn wait_started(layout: &Layout, p: Process) -> Result<()> {
     let (timeout, ready): (Duration, Box<dyn Fn() -> bool>) = match p {
         Process::Etcd => (Duration::from_secs(60), Box::new(etcd_ready)),
         Process::ApiServer => (Duration::from_secs(120), Box::new(|| api_ready(layout))),
+        Process::Registry => (Duration::from_secs(20), Box::new(node::registry_ready)),
+        Process::Containerd => (
+            Duration::from_secs(30),
+            Box::new(|| node::containerd_ready(layout)),
+        ),
+        Process::CoreDns => (Duration::from_secs(30), Box::new(node::coredns_ready)),
         _ => (Duration::from_secs(2), Box::new(|| false)),
     };
     let ok = cmd::wait_until(timeout, || layout.running_pid(p).is_none() || ready());
-    if layout.running_pid(p).is_none() || (!ok && matches!(p, Process::Etcd | Process::ApiServer)) {
+    let must_be_ready = matches!(
+        p,
+        Process::Etcd
+            | Process::ApiServer
+            | Process::Registry
+            | Process::Containerd
+            | Process::CoreDns
+    );
+    if layout.running_pid(p).is_none() || (!ok && must_be_ready) {
         bail!(
             "{} did not start; the end of {}:\n{}",
             p.name(),
@@ -422,7 +554,16 @@ fn kubectl(layout: &Layout) -> Result<Command> {
     Ok(c)
 }
 
-fn register_nodes(layout: &Layout) -> Result<()> {
+fn register_nodes(layout: &Layout, real_node: bool) -> Result<()> {
+    // Beside a real node, ordinary pods stay off the simulated ones.
+    let taints = if real_node {
+        format!(
+            "spec:\n  taints:\n  - key: {}\n    value: fake\n    effect: NoSchedule\n",
+            node::KWOK_TAINT
+        )
+    } else {
+        String::new()
+    };
     let mut manifest = String::new();
     for i in 0..NODES {
         manifest.push_str(&format!(
@@ -440,7 +581,7 @@ metadata:
   annotations:
     kwok.x-k8s.io/node: fake
     node.alpha.kubernetes.io/ttl: \"0\"
-"
+{taints}"
         ));
     }
     let path = layout.config("nodes.yaml");
@@ -536,6 +677,9 @@ pub fn down() -> Result<()> {
             .args(["-KILL", &pid.to_string()])
             .status();
     }
+    if node::supported() {
+        node::tear_down(&layout);
+    }
     if layout.root.exists() {
         std::fs::remove_dir_all(&layout.root)
             .with_context(|| format!("removing {}", layout.root.display()))?;
@@ -547,7 +691,7 @@ pub fn down() -> Result<()> {
 /// Prints what runs, where the logs are, and how to reach the cluster.
 pub fn status() -> Result<()> {
     let layout = Layout::new();
-    for p in Process::ALL {
+    for p in Process::expected() {
         match layout.running_pid(p) {
             Some(pid) => println!(
                 "{:<24} running (pid {pid})  log: {}",

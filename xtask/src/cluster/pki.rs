@@ -20,7 +20,7 @@ pub struct Identity {
 }
 
 /// Every client identity the cluster uses.
-pub const IDENTITIES: [Identity; 4] = [
+pub const IDENTITIES: [Identity; 7] = [
     Identity {
         file: "admin",
         user: "kubernetes-admin",
@@ -41,6 +41,26 @@ pub const IDENTITIES: [Identity; 4] = [
         user: "kwok-controller",
         group: Some("system:masters"),
     },
+    // The real node's kubelet: the Node authorizer and NodeRestriction limit
+    // it to its own node and the pods bound to it.
+    Identity {
+        file: "kubelet",
+        user: "system:node:real-node",
+        group: Some("system:nodes"),
+    },
+    // Bound by the built-in `system:node-proxier` ClusterRoleBinding.
+    Identity {
+        file: "kube-proxy",
+        user: "system:kube-proxy",
+        group: None,
+    },
+    // Reads Services, EndpointSlices, Namespaces and Pods (its ClusterRole is
+    // applied by `up`).
+    Identity {
+        file: "coredns",
+        user: "system:coredns",
+        group: None,
+    },
 ];
 
 fn openssl(dir: &Path) -> Command {
@@ -52,8 +72,10 @@ fn openssl(dir: &Path) -> Command {
 /// Makes every key and certificate in `dir` unless they already exist.
 pub fn ensure(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    if dir.join("ca.crt").exists() && dir.join("sa.pub").exists() {
-        return Ok(());
+    let have_ca = dir.join("ca.crt").exists() && dir.join("sa.pub").exists();
+    if have_ca {
+        // A cluster made by an older version may lack newer identities.
+        return issue_identities(dir);
     }
     if !cmd::on_path("openssl") {
         anyhow::bail!("the local cluster needs the `openssl` command: apt-get install -y openssl");
@@ -82,7 +104,18 @@ pub fn ensure(dir: &Path) -> Result<()> {
         "/CN=kube-apiserver",
         "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment",
     )?;
+    issue_identities(dir)?;
+    cmd::output(openssl(dir).args(["genrsa", "-out", "sa.key", "2048"]))?;
+    cmd::output(openssl(dir).args(["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]))?;
+    Ok(())
+}
+
+/// Issues the client certificate of every identity that has none yet.
+fn issue_identities(dir: &Path) -> Result<()> {
     for id in &IDENTITIES {
+        if dir.join(format!("{}.crt", id.file)).exists() {
+            continue;
+        }
         let subject = match id.group {
             Some(group) => format!("/O={group}/CN={}", id.user),
             None => format!("/CN={}", id.user),
@@ -94,8 +127,6 @@ pub fn ensure(dir: &Path) -> Result<()> {
             "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment",
         )?;
     }
-    cmd::output(openssl(dir).args(["genrsa", "-out", "sa.key", "2048"]))?;
-    cmd::output(openssl(dir).args(["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]))?;
     Ok(())
 }
 

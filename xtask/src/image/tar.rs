@@ -10,8 +10,10 @@ pub struct Entry {
     pub path: String,
     /// Permission bits (e.g. `0o755`).
     pub mode: u32,
-    /// File contents; `None` for a directory.
+    /// File contents; `None` for a directory or a symbolic link.
     pub data: Option<Vec<u8>>,
+    /// The target of a symbolic link.
+    pub link: Option<String>,
 }
 
 impl Entry {
@@ -26,6 +28,7 @@ impl Entry {
             path,
             mode,
             data: None,
+            link: None,
         }
     }
 
@@ -35,6 +38,17 @@ impl Entry {
             path: path.to_owned(),
             mode,
             data: Some(data),
+            link: None,
+        }
+    }
+
+    /// A symbolic link to `target`.
+    pub fn symlink(path: &str, target: &str) -> Entry {
+        Entry {
+            path: path.to_owned(),
+            mode: 0o777,
+            data: None,
+            link: Some(target.to_owned()),
         }
     }
 }
@@ -74,7 +88,17 @@ fn header(entry: &Entry, mtime: u64) -> Result<[u8; BLOCK]> {
     }
     octal(&mut h[124..136], size);
     octal(&mut h[136..148], mtime);
-    h[156] = if entry.data.is_some() { b'0' } else { b'5' };
+    h[156] = match (&entry.data, &entry.link) {
+        (Some(_), _) => b'0',
+        (None, Some(target)) => {
+            if target.len() > 100 {
+                bail!("tar: link target too long: {target}");
+            }
+            put(&mut h[157..257], target.as_bytes());
+            b'2'
+        }
+        (None, None) => b'5',
+    };
     put(&mut h[257..263], b"ustar\0");
     put(&mut h[263..265], b"00");
     put(&mut h[265..297], b"root");
