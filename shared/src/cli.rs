@@ -48,7 +48,8 @@ impl Cli {
         }
     }
 
-    /// Parses `args` (the first one is the program name).
+    /// Parses `args` (the first one is the program name). With `--leader-elect`, the
+    /// election timing is checked as client-go checks it (see [`crate::leader::validate_timing`]).
     ///
     /// # Errors
     /// A clap error describing the bad flag.
@@ -58,11 +59,17 @@ impl Cli {
         T: Into<std::ffi::OsString> + Clone,
     {
         use clap::{CommandFactory, FromArgMatches};
-        let matches = <Self as CommandFactory>::command()
+        let mut command = <Self as CommandFactory>::command()
             .name(name)
-            .bin_name(name)
-            .try_get_matches_from(args)?;
-        Self::from_arg_matches(&matches)
+            .bin_name(name);
+        let matches = command.try_get_matches_from_mut(args)?;
+        let cli = Self::from_arg_matches(&matches)?;
+        if cli.run.leader_elect {
+            let a = &cli.run;
+            crate::leader::validate_timing(a.lease_duration, a.renew_deadline, a.retry_period)
+                .map_err(|msg| command.error(clap::error::ErrorKind::ValueValidation, msg))?;
+        }
+        Ok(cli)
     }
 
     /// The subcommand, defaulting to `run`.
@@ -120,7 +127,12 @@ pub struct RunArgs {
 
     /// Directory with the metrics server's certificate and key (`--metrics-cert-name`,
     /// `--metrics-cert-key`); unset: a self-signed certificate generated at startup.
-    #[arg(long, visible_alias = "metrics-cert-dir", global = true, value_name = "DIR")]
+    #[arg(
+        long,
+        visible_alias = "metrics-cert-dir",
+        global = true,
+        value_name = "DIR"
+    )]
     pub metrics_cert_path: Option<std::path::PathBuf>,
 
     /// File name of the metrics server's PEM certificate (chain) in `--metrics-cert-path`.
@@ -406,6 +418,59 @@ mod tests {
         let err = Cli::try_parse_from_for("op", ["op", "--log-format", "xml"]).unwrap_err();
         assert!(err.to_string().contains("--log-format"), "{err}");
         assert!(Cli::try_parse_from_for("op", ["op", "--max-concurrent-reconciles", "0"]).is_err());
+    }
+
+    #[test]
+    fn leader_election_timing_is_validated() {
+        let err = Cli::try_parse_from_for(
+            "op",
+            [
+                "op",
+                "--leader-elect",
+                "--leader-elect-lease-duration",
+                "5s",
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--leader-elect-lease-duration (5s) must be greater"),
+            "{err}"
+        );
+        let err = Cli::try_parse_from_for(
+            "op",
+            ["op", "--leader-elect", "--leader-elect-retry-period=9s"],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("--leader-elect-renew-deadline"),
+            "{err}"
+        );
+        let err = Cli::try_parse_from_for(
+            "op",
+            ["op", "--leader-elect", "--leader-elect-retry-period=0s"],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--leader-elect-retry-period must be greater than zero"),
+            "{err}"
+        );
+        // Valid sub-second timing, and no check at all without --leader-elect.
+        let a = parse(&[
+            "--leader-elect",
+            "--leader-elect-lease-duration=1500ms",
+            "--leader-elect-renew-deadline=1s",
+            "--leader-elect-retry-period=500ms",
+        ])
+        .run;
+        assert_eq!(a.lease_duration, Duration::from_millis(1500));
+        assert!(
+            parse(&["--leader-elect-lease-duration=1s"])
+                .run
+                .lease_duration
+                == Duration::from_secs(1)
+        );
     }
 
     #[test]

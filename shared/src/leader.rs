@@ -52,6 +52,85 @@ pub struct LeaderConfig {
     pub retry_period: Duration,
 }
 
+/// client-go's `JitterFactor`: a candidate waits between `retry_period` and
+/// `retry_period * (1 + JITTER_FACTOR)` before its next attempt, so candidates that started
+/// together do not keep hitting the API server in lockstep.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// Checks the election timing as client-go's `NewLeaderElector` does: every duration is
+/// positive, `lease_duration > renew_deadline > retry_period * JITTER_FACTOR`.
+///
+/// # Errors
+/// A message naming the offending command-line flag(s).
+pub fn validate_timing(
+    lease_duration: Duration,
+    renew_deadline: Duration,
+    retry_period: Duration,
+) -> Result<(), String> {
+    for (flag, value) in [
+        ("--leader-elect-lease-duration", lease_duration),
+        ("--leader-elect-renew-deadline", renew_deadline),
+        ("--leader-elect-retry-period", retry_period),
+    ] {
+        if value.is_zero() {
+            return Err(format!("{flag} must be greater than zero"));
+        }
+    }
+    if lease_duration <= renew_deadline {
+        return Err(format!(
+            "--leader-elect-lease-duration ({lease_duration:?}) must be greater than \
+             --leader-elect-renew-deadline ({renew_deadline:?})"
+        ));
+    }
+    if renew_deadline.as_secs_f64() <= retry_period.as_secs_f64() * JITTER_FACTOR {
+        return Err(format!(
+            "--leader-elect-renew-deadline ({renew_deadline:?}) must be greater than \
+             --leader-elect-retry-period ({retry_period:?}) x {JITTER_FACTOR}"
+        ));
+    }
+    Ok(())
+}
+
+/// `base` stretched by `unit * factor * base` (client-go's `wait.Jitter`); `unit` is a
+/// random number in `[0, 1)` (clamped), passed in so the arithmetic is testable.
+#[must_use]
+pub fn jitter(base: Duration, factor: f64, unit: f64) -> Duration {
+    let extra = base.as_secs_f64() * factor * unit.clamp(0.0, 1.0);
+    base.saturating_add(Duration::try_from_secs_f64(extra).unwrap_or(Duration::ZERO))
+}
+
+/// A random number in `[0, 1)`, from the standard library's randomly keyed hasher
+/// (plenty for spreading retries; not for anything secret).
+fn random_unit() -> f64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    // The top 53 bits as a fraction: exactly representable in an f64.
+    #[allow(clippy::cast_precision_loss)]
+    let unit = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    unit
+}
+
+/// Rounds `d` up to whole seconds, at least 1: the Lease's `leaseDurationSeconds` is an
+/// integer, and rounding down would let a candidate take over before the leader's deadline.
+#[must_use]
+pub fn lease_duration_seconds(d: Duration) -> i32 {
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
+}
+
+/// `t` truncated to the microsecond precision a `MicroTime` is stored with, so the spec
+/// this replica writes equals the spec the API server hands back.
+#[must_use]
+pub fn micro_time(t: jiff::Timestamp) -> MicroTime {
+    let micros = t.as_microsecond();
+    MicroTime(jiff::Timestamp::from_microsecond(micros).unwrap_or(t))
+}
+
 /// A unique identity: `$POD_NAME`/`$HOSTNAME` plus a random suffix (as controller-runtime does).
 #[must_use]
 pub fn default_identity() -> String {
@@ -191,7 +270,12 @@ impl LeaseLock {
                     tracing::warn!(%error, lease = %self.config.lease_name, "cannot acquire leader lease")
                 }
             }
-            tokio::time::sleep(self.config.retry_period).await;
+            tokio::time::sleep(jitter(
+                self.config.retry_period,
+                JITTER_FACTOR,
+                random_unit(),
+            ))
+            .await;
         }
     }
 
@@ -242,11 +326,11 @@ impl LeaseLock {
     }
 
     fn duration_secs(&self) -> i32 {
-        i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
+        lease_duration_seconds(self.config.lease_duration)
     }
 
     async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
-        let now = MicroTime(jiff::Timestamp::now());
+        let now = micro_time(jiff::Timestamp::now());
         let me = self.config.identity.clone();
         let Some(mut lease) = self.api.get_opt(&self.config.lease_name).await? else {
             let lease = Lease {
@@ -324,7 +408,7 @@ impl LeaseLock {
             }
             spec.holder_identity = None;
             spec.lease_duration_seconds = Some(1);
-            spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+            spec.renew_time = Some(micro_time(jiff::Timestamp::now()));
             self.api
                 .replace(&self.config.lease_name, &PostParams::default(), &lease)
                 .await?;
@@ -479,10 +563,90 @@ enum ForLifeError {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
     fn identities_are_unique() {
         assert_ne!(default_identity(), default_identity());
+    }
+
+    #[test]
+    fn timing_validated_as_client_go() {
+        let s = Duration::from_secs;
+        assert!(validate_timing(s(15), s(10), s(2)).is_ok());
+        let cases = [
+            (
+                s(0),
+                s(10),
+                s(2),
+                "--leader-elect-lease-duration must be greater than zero",
+            ),
+            (
+                s(15),
+                s(0),
+                s(2),
+                "--leader-elect-renew-deadline must be greater than zero",
+            ),
+            (
+                s(15),
+                s(10),
+                s(0),
+                "--leader-elect-retry-period must be greater than zero",
+            ),
+            (
+                s(10),
+                s(10),
+                s(2),
+                "--leader-elect-lease-duration (10s) must be greater than",
+            ),
+            (s(15), s(16), s(2), "--leader-elect-lease-duration"),
+            // 10 s is not more than 9 s x 1.2, although it is more than 9 s.
+            (
+                s(15),
+                s(10),
+                s(9),
+                "--leader-elect-renew-deadline (10s) must be greater than",
+            ),
+        ];
+        for (lease, renew, retry, want) in cases {
+            let err = validate_timing(lease, renew, retry).unwrap_err();
+            assert!(err.contains(want), "{err} does not contain {want}");
+        }
+        // Sub-second values are fine when ordered.
+        assert!(
+            validate_timing(
+                Duration::from_millis(1500),
+                s(1),
+                Duration::from_millis(800)
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn retry_is_jittered_like_client_go() {
+        let base = Duration::from_secs(2);
+        assert_eq!(jitter(base, JITTER_FACTOR, 0.0), base);
+        assert_eq!(
+            jitter(base, JITTER_FACTOR, 0.5),
+            Duration::from_millis(3200)
+        );
+        assert!(jitter(base, JITTER_FACTOR, 2.0) <= Duration::from_millis(4400));
+        let samples: Vec<f64> = (0..64).map(|_| random_unit()).collect();
+        assert!(samples.iter().all(|u| (0.0..1.0).contains(u)));
+        assert!(samples.windows(2).any(|w| w[0] != w[1]), "{samples:?}");
+    }
+
+    #[test]
+    fn lease_keeps_sub_second_precision() {
+        assert_eq!(lease_duration_seconds(Duration::from_secs(15)), 15);
+        assert_eq!(lease_duration_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(lease_duration_seconds(Duration::from_millis(200)), 1);
+        let t: jiff::Timestamp = "2026-11-23T12:00:00.123456789Z".parse().unwrap();
+        let json = serde_json::to_value(micro_time(t)).unwrap();
+        assert_eq!(json, "2026-11-23T12:00:00.123456Z");
+        let back: MicroTime = serde_json::from_value(json).unwrap();
+        assert_eq!(back, micro_time(t));
     }
 }
