@@ -89,6 +89,16 @@ fn needed_for_leader_election() -> BTreeSet<(String, String)> {
     ])
 }
 
+/// The metrics-auth ClusterRole (`base/metrics-auth-rbac.yaml`), bound cluster-wide:
+/// `--metrics-secure` reviews each scraper's bearer token (TokenReview) and its right to
+/// `get /metrics` (SubjectAccessReview), as a kubebuilder v4 manager does.
+fn needed_for_metrics_auth() -> BTreeSet<(String, String)> {
+    expand(&[
+        ("tokenreviews.authentication.k8s.io", &["create"]),
+        ("subjectaccessreviews.authorization.k8s.io", &["create"]),
+    ])
+}
+
 fn expand(rules: &[(&str, &[&str])]) -> BTreeSet<(String, String)> {
     rules
         .iter()
@@ -143,15 +153,44 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
         needed_for_leader_election(),
         "{operator} leader-election Role"
     );
+    let metrics_auth_rbac = manifest_file(&tree.join("base/metrics-auth-rbac.yaml"))?;
+    let metrics_auth = metrics_auth_rbac
+        .iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["name"] == format!("{operator}-metrics-auth-role")
+        })
+        .context("no metrics-auth ClusterRole")?;
+    assert_eq!(
+        granted(metrics_auth),
+        needed_for_metrics_auth(),
+        "{operator} metrics-auth ClusterRole"
+    );
+    // The metrics-reader ClusterRole is for scrapers: `get` on /metrics and nothing else.
+    let reader = metrics_auth_rbac
+        .iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["name"] == format!("{operator}-metrics-reader")
+        })
+        .context("no metrics-reader ClusterRole")?;
+    assert_eq!(
+        reader["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
+        "{operator} metrics-reader ClusterRole"
+    );
 
-    // The API server agrees: in a watched namespace exactly the ClusterRole, in its own
-    // namespace the ClusterRole plus the leader-election Role, and nothing else.
+    // The API server agrees: in a watched namespace exactly the ClusterRole (and the
+    // cluster-scoped metrics-auth rules), in its own namespace also the leader-election
+    // Role, and nothing else.
+    let mut in_watched = needed(operator);
+    in_watched.extend(needed_for_metrics_auth());
     assert_eq!(
         permissions_beyond_baseline(&sa, &ns.name, &ns.name)?,
-        needed(operator),
+        in_watched,
         "what {sa} may do in a watched namespace"
     );
-    let mut in_system = needed(operator);
+    let mut in_system = in_watched.clone();
     in_system.extend(needed_for_leader_election());
     assert_eq!(
         permissions_beyond_baseline(&sa, &system, &ns.name)?,
@@ -160,7 +199,7 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
     );
 
     // Each needed verb, one by one, here and (for reads) across namespaces.
-    for (key, verb) in needed(operator) {
+    for (key, verb) in in_watched {
         let mut args = can_i_args(&verb, &key);
         args.extend(["-n", ns.name.as_str()]);
         ensure!(can_i(&sa, &args)?, "{operator} may not {args:?}");
@@ -224,6 +263,8 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
         &["impersonate", "groups"],
         &["impersonate", "serviceaccounts"],
         &["create", "certificatesigningrequests"],
+        // It reviews scrapers; it does not scrape.
+        &["get", "/metrics"],
     ];
     for denied in cluster_denied {
         ensure!(!can_i(&sa, denied)?, "{operator} may {denied:?}");
