@@ -4,7 +4,7 @@
 // Several `printcolumn(type_ = ...)` entries read to clippy as a repeated attribute.
 #![allow(clippy::duplicated_attributes)]
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -110,9 +110,134 @@ pub struct PulsarConsumerSpec {
     #[schemars(length(min = 1, max = 256), pattern(SUBSCRIPTION_PATTERN))]
     pub subscription_name: String,
 
-    /// Number of consumers to run, from 0 to 1000.
+    /// Number of consumers to run, from 0 to 1000 (`kubectl scale` sets it).
+    /// Ignored while `autoscaling` is set: the autoscaler then drives the Deployment,
+    /// and `kubectl scale` of a PulsarConsumer changes nothing until autoscaling is removed
+    /// (the value is kept and applies again then).
     #[schemars(range(min = 0, max = 1000))]
     pub replicas: i32,
+
+    /// Optional. Scale the consumers on the subscription's backlog (the messages waiting
+    /// for it, as the Pulsar admin REST API reports them): `ceil(backlog /
+    /// targetBacklogPerReplica)` consumers, kept within `minReplicas`..`maxReplicas` and the
+    /// `behavior` rules. When set, `replicas` is ignored. Do not point a
+    /// HorizontalPodAutoscaler or KEDA at the same Deployment or PulsarConsumer: only one
+    /// autoscaler may drive it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+}
+
+/// `spec.autoscaling.adminUrl`: `http://` or `https://`, one host (name, IPv4 or bracketed
+/// IPv6), a port, and nothing after it but an optional `/`.
+pub const ADMIN_URL_PATTERN: &str =
+    r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[1-9][0-9]{0,4}/?$";
+
+/// Backlog-based autoscaling of the consumers.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.minReplicas <= self.maxReplicas")
+        .message("spec.autoscaling.minReplicas must not be greater than spec.autoscaling.maxReplicas")
+        .field_path(".minReplicas")
+)]
+pub struct Autoscaling {
+    /// Fewest consumers, 0 to 1000 (default 1). With 0 the Deployment scales to zero once
+    /// the backlog has been 0 for `behavior.scaleDownStabilizationSeconds`, and back to at
+    /// least one consumer at the first poll that finds a message waiting.
+    #[serde(default = "default_min_replicas")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub min_replicas: i32,
+
+    /// Most consumers, 1 to 1000.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_replicas: i32,
+
+    /// Backlog (messages waiting on the subscription) one consumer is expected to handle,
+    /// at least 1: the autoscaler wants `ceil(backlog / targetBacklogPerReplica)` consumers.
+    #[schemars(range(min = 1))]
+    pub target_backlog_per_replica: i64,
+
+    /// Base URL of the broker's admin REST API: `http://host:port` or `https://host:port`.
+    /// Default: the host of `serverAddress` with Pulsar's standard web service port,
+    /// `http://<host>:8080` for `pulsar://` and `https://<host>:8443` for `pulsar+ssl://`.
+    /// The operator reads `GET <adminUrl>/admin/v2/<persistent|non-persistent>/<tenant>/<namespace>/<topic>/stats`
+    /// (`/partitioned-stats` for a partitioned topic) without credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), pattern(ADMIN_URL_PATTERN))]
+    pub admin_url: Option<String>,
+
+    /// Seconds between two reads of the backlog, 1 to 3600 (default 15). A failed read is
+    /// retried with backoff (doubling up to 2 minutes) and leaves the replicas as they are.
+    #[serde(default = "default_poll_interval_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub poll_interval_seconds: i32,
+
+    /// How fast to scale, as a HorizontalPodAutoscaler's `behavior`. Default: scale up at
+    /// once, scale down once the lower count has been wanted for 300 seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behavior: Option<ScalingBehavior>,
+}
+
+/// How fast the autoscaler changes the number of consumers.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingBehavior {
+    /// Seconds a lower consumer count must have been wanted before scaling down to it,
+    /// 0 to 3600 (default 300): the autoscaler scales down only to the highest count it
+    /// wanted within this window, so a backlog that dips for a moment does not stop
+    /// consumers. Scaling up is never delayed.
+    #[serde(default = "default_stabilization_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub scale_down_stabilization_seconds: i32,
+
+    /// Optional. At most `maxStep` consumers added per `periodSeconds` (unset: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up: Option<StepLimit>,
+
+    /// Optional. At most `maxStep` consumers removed per `periodSeconds` (unset: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_down: Option<StepLimit>,
+}
+
+/// A limit on how many consumers one period may add or remove.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepLimit {
+    /// Most consumers added (or removed) within any `periodSeconds`, 1 to 1000.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_step: i32,
+
+    /// Length of the period in seconds, 1 to 1800 (default 15).
+    #[serde(default = "default_period_seconds")]
+    #[schemars(range(min = 1, max = 1800))]
+    pub period_seconds: i32,
+}
+
+fn default_min_replicas() -> i32 {
+    1
+}
+
+fn default_poll_interval_seconds() -> i32 {
+    15
+}
+
+fn default_stabilization_seconds() -> i32 {
+    300
+}
+
+fn default_period_seconds() -> i32 {
+    15
+}
+
+impl Default for ScalingBehavior {
+    /// The defaults of every field: a 300-second scale-down window, no step limits.
+    fn default() -> Self {
+        Self {
+            scale_down_stabilization_seconds: default_stabilization_seconds(),
+            scale_up: None,
+            scale_down: None,
+        }
+    }
 }
 
 /// What is deployed: the settings of the consumers' Deployment and how many are ready.
@@ -148,8 +273,28 @@ pub struct PulsarConsumerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
+    /// With autoscaling: the subscription's backlog (messages waiting) at the last
+    /// successful read of the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<i64>,
+
+    /// With autoscaling: the number of consumers the autoscaler wants (what the
+    /// Deployment is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+
+    /// With autoscaling: when the autoscaler last changed the number of consumers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+
     /// `Ready`: every wanted consumer runs the current spec and is ready.
     /// `Progressing`: a rollout or scaling is under way.
+    /// `NameConflict` (as reason of both): the Deployment's name is held by a Deployment
+    /// this PulsarConsumer does not control; it is left untouched.
+    /// With autoscaling, `ScalingActive`: the backlog can be read (`False`, with the reason,
+    /// when the admin API cannot be read: the replicas are then left as they are) and
+    /// `ScalingLimited`: the backlog asks for more than `maxReplicas` (`TooManyReplicas`) or
+    /// fewer than `minReplicas` (`TooFewReplicas`).
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }

@@ -10,7 +10,7 @@ use k8s_openapi::{
     },
     apimachinery::pkg::{
         api::resource::Quantity,
-        apis::meta::v1::{ObjectMeta, OwnerReference},
+        apis::meta::v1::{ObjectMeta, OwnerReference, Time},
         util::intstr::IntOrString,
     },
 };
@@ -108,11 +108,17 @@ pub fn selector(pc: &PulsarConsumer) -> String {
         .join(",")
 }
 
-/// The Deployment of `pc`: `spec.replicas` consumers with the spec's settings in their
-/// environment, ready while connected to the broker (`/healthz`), under the `restricted` Pod
-/// Security Standard with a read-only root filesystem.
+/// The Deployment of `pc`: `replicas` consumers (`spec.replicas`, or the autoscaler's
+/// count) with the spec's settings in their environment, ready while connected to the
+/// broker (`/healthz`), under the `restricted` Pod Security Standard with a read-only root
+/// filesystem.
 #[must_use]
-pub fn desired_deployment(pc: &PulsarConsumer, owner: OwnerReference, image: &str) -> Deployment {
+pub fn desired_deployment(
+    pc: &PulsarConsumer,
+    owner: OwnerReference,
+    image: &str,
+    replicas: i32,
+) -> Deployment {
     let image = if image.is_empty() {
         DEFAULT_IMAGE
     } else {
@@ -169,7 +175,7 @@ pub fn desired_deployment(pc: &PulsarConsumer, owner: OwnerReference, image: &st
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
-        pc.spec.replicas,
+        replicas,
         selector_labels(pc),
         labels(pc),
         POD_USER,
@@ -213,16 +219,18 @@ pub fn deployed_settings(deployment: &Deployment) -> Settings {
 
 /// The status describing `deployment` (the PulsarConsumer's Deployment as last written or
 /// observed; `None` when there is none), keeping `lastTransitionTime` of unchanged conditions.
-/// `problem` is why the Deployment could not be written, if it could not.
+/// `problem` is why the Deployment could not be written, if it could not; `replicas` the
+/// consumers wanted (`spec.replicas`, or the autoscaler's count).
 #[must_use]
 pub fn status(
     pc: &PulsarConsumer,
     deployment: Option<&Deployment>,
     problem: Option<&Problem>,
+    replicas: i32,
     now: jiff::Timestamp,
 ) -> PulsarConsumerStatus {
     let generation = pc.metadata.generation;
-    let want = pc.spec.replicas.max(0);
+    let want = replicas.max(0);
     let settings = deployment.map(deployed_settings).unwrap_or_default();
     let observed = deployment
         .and_then(|d| d.status.clone())
@@ -312,8 +320,131 @@ pub fn status(
         current_replicas: current,
         selector: selector(pc),
         observed_generation: generation,
+        backlog: None,
+        desired_replicas: None,
+        last_scale_time: None,
         conditions,
     }
+}
+
+/// Condition type: the backlog can be read (`False`: the replicas are left as they are).
+pub const SCALING_ACTIVE: &str = "ScalingActive";
+/// Condition type: the backlog asks for more than `maxReplicas` or fewer than `minReplicas`.
+pub const SCALING_LIMITED: &str = "ScalingLimited";
+/// `ScalingActive=True` reason.
+pub const REASON_BACKLOG_READ: &str = "BacklogRead";
+
+/// What the autoscaler read and decided, for the status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scaling {
+    /// The latest read of the backlog: the backlog, or why it failed (reason, message);
+    /// `None` before the first read.
+    pub reading: Option<Result<u64, (&'static str, String)>>,
+    /// What the autoscaler decided.
+    pub decision: crate::autoscale::Decision,
+    /// The settings it decided with.
+    pub policy: crate::autoscale::Policy,
+}
+
+/// `status` with the autoscaler's fields and conditions (`scaling`), or without any of them
+/// when autoscaling is off (`None`). `old` is the status before, for what is kept:
+/// the last backlog read when a read fails, `lastScaleTime` unless the count changes now,
+/// `ScalingActive` before the first read.
+#[must_use]
+pub fn with_scaling(
+    mut status: PulsarConsumerStatus,
+    old: Option<&PulsarConsumerStatus>,
+    scaling: Option<&Scaling>,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> PulsarConsumerStatus {
+    let Some(scaling) = scaling else {
+        status
+            .conditions
+            .retain(|c| c.type_ != SCALING_ACTIVE && c.type_ != SCALING_LIMITED);
+        status.backlog = None;
+        status.desired_replicas = None;
+        status.last_scale_time = None;
+        return status;
+    };
+    let old_backlog = old.and_then(|o| o.backlog);
+    let old_desired = old.and_then(|o| o.desired_replicas);
+    let replicas = scaling.decision.replicas;
+    status.desired_replicas = Some(replicas);
+    status.last_scale_time = match old_desired {
+        Some(before) if before != replicas => Some(Time(now)),
+        _ => old.and_then(|o| o.last_scale_time.clone()),
+    };
+    status.backlog = match &scaling.reading {
+        Some(Ok(backlog)) => Some(i64::try_from(*backlog).unwrap_or(i64::MAX)),
+        _ => old_backlog,
+    };
+    match &scaling.reading {
+        None => {}
+        Some(Ok(backlog)) => {
+            set_condition(
+                &mut status.conditions,
+                new_condition(
+                    SCALING_ACTIVE,
+                    true,
+                    REASON_BACKLOG_READ,
+                    format!(
+                        "the backlog is read from the Pulsar admin API; {} wanted at {} per consumer",
+                        crate::autoscale::replicas_for(*backlog, scaling.policy.target),
+                        scaling.policy.target
+                    ),
+                    generation,
+                    now,
+                ),
+            );
+        }
+        Some(Err((reason, message))) => {
+            set_condition(
+                &mut status.conditions,
+                new_condition(
+                    SCALING_ACTIVE,
+                    false,
+                    reason,
+                    format!("{message}; the consumers are left at {replicas}"),
+                    generation,
+                    now,
+                ),
+            );
+        }
+    }
+    let p = &scaling.policy;
+    let (limited, message) = match scaling.decision.limit {
+        crate::autoscale::Limit::TooMany => (
+            true,
+            format!(
+                "the backlog asks for more consumers than maxReplicas ({})",
+                p.max
+            ),
+        ),
+        crate::autoscale::Limit::TooFew => (
+            true,
+            format!(
+                "the backlog asks for fewer consumers than minReplicas ({})",
+                p.min
+            ),
+        ),
+        crate::autoscale::Limit::WithinRange => (
+            false,
+            format!("the consumers wanted are within {}..{}", p.min, p.max),
+        ),
+    };
+    set_condition(
+        &mut status.conditions,
+        new_condition(
+            SCALING_LIMITED,
+            limited,
+            scaling.decision.limit.reason(),
+            message,
+            generation,
+            now,
+        ),
+    );
+    status
 }
 
 #[cfg(test)]
@@ -332,6 +463,7 @@ mod tests {
                 topic: "my-topic".into(),
                 subscription_name: "first-subscription".into(),
                 replicas,
+                autoscaling: None,
             },
         );
         pc.metadata.namespace = Some("ns".into());
@@ -343,7 +475,7 @@ mod tests {
 
     fn deployment(pc: &PulsarConsumer, status: DeploymentStatus) -> Deployment {
         let owner = shared::apply::owner_reference(pc).unwrap();
-        let mut d = desired_deployment(pc, owner, "");
+        let mut d = desired_deployment(pc, owner, "", pc.spec.replicas);
         d.metadata.generation = Some(5);
         d.status = Some(status);
         d
@@ -367,7 +499,7 @@ mod tests {
     fn deployment_is_restricted_owned_and_configured() {
         let pc = consumer(3);
         let owner = shared::apply::owner_reference(&pc).unwrap();
-        let d = desired_deployment(&pc, owner, "mirror.local/pulsar-consumer:1");
+        let d = desired_deployment(&pc, owner, "mirror.local/pulsar-consumer:1", 3);
         assert_eq!(d.metadata.name.as_deref(), Some("orders-deployment"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
         let orefs = d.metadata.owner_references.clone().unwrap();
@@ -432,7 +564,7 @@ mod tests {
     fn default_image() {
         let pc = consumer(1);
         let owner = shared::apply::owner_reference(&pc).unwrap();
-        let d = desired_deployment(&pc, owner, "");
+        let d = desired_deployment(&pc, owner, "", 1);
         let image = d.spec.unwrap().template.spec.unwrap().containers[0]
             .image
             .clone();
@@ -455,7 +587,13 @@ mod tests {
     fn status_follows_the_rollout() {
         let mut pc = consumer(2);
         // Just applied: the Deployment controller has not seen it yet.
-        let s = status(&pc, Some(&deployment(&pc, counts(4, 0, 0, 0))), None, t(10));
+        let s = status(
+            &pc,
+            Some(&deployment(&pc, counts(4, 0, 0, 0))),
+            None,
+            pc.spec.replicas,
+            t(10),
+        );
         assert_eq!(s.server, "pulsar://broker:6650");
         assert_eq!(s.topic, "my-topic");
         assert_eq!(s.subscription, "first-subscription");
@@ -468,7 +606,13 @@ mod tests {
         );
 
         pc.status = Some(s);
-        let s = status(&pc, Some(&deployment(&pc, counts(5, 2, 2, 1))), None, t(20));
+        let s = status(
+            &pc,
+            Some(&deployment(&pc, counts(5, 2, 2, 1))),
+            None,
+            pc.spec.replicas,
+            t(20),
+        );
         assert_eq!((s.replicas, s.current_replicas), (1, 2));
         assert_eq!(
             find(&s.conditions, "Progressing").unwrap().reason,
@@ -480,7 +624,13 @@ mod tests {
         );
 
         pc.status = Some(s);
-        let s = status(&pc, Some(&deployment(&pc, counts(5, 2, 2, 2))), None, t(30));
+        let s = status(
+            &pc,
+            Some(&deployment(&pc, counts(5, 2, 2, 2))),
+            None,
+            pc.spec.replicas,
+            t(30),
+        );
         assert!(is_true(&s.conditions, "Ready"));
         assert!(!is_true(&s.conditions, "Progressing"));
         assert_eq!(
@@ -490,11 +640,23 @@ mod tests {
 
         // The same observation again: an identical status, so no write.
         pc.status = Some(s.clone());
-        let again = status(&pc, Some(&deployment(&pc, counts(5, 2, 2, 2))), None, t(40));
+        let again = status(
+            &pc,
+            Some(&deployment(&pc, counts(5, 2, 2, 2))),
+            None,
+            pc.spec.replicas,
+            t(40),
+        );
         assert_eq!(again, s);
 
         // An old pod still around (rolling update): not ready yet.
-        let s = status(&pc, Some(&deployment(&pc, counts(5, 3, 2, 2))), None, t(50));
+        let s = status(
+            &pc,
+            Some(&deployment(&pc, counts(5, 3, 2, 2))),
+            None,
+            pc.spec.replicas,
+            t(50),
+        );
         assert!(!is_true(&s.conditions, "Ready"));
         assert_eq!(
             find(&s.conditions, "Progressing").unwrap().reason,
@@ -505,7 +667,13 @@ mod tests {
     #[test]
     fn scaled_to_zero_is_ready() {
         let pc = consumer(0);
-        let s = status(&pc, Some(&deployment(&pc, counts(5, 0, 0, 0))), None, t(1));
+        let s = status(
+            &pc,
+            Some(&deployment(&pc, counts(5, 0, 0, 0))),
+            None,
+            pc.spec.replicas,
+            t(1),
+        );
         assert!(is_true(&s.conditions, "Ready"));
     }
 
@@ -520,14 +688,20 @@ mod tests {
             message: Some("ReplicaSet has timed out progressing.".into()),
             ..DeploymentCondition::default()
         }]);
-        let s = status(&pc, Some(&deployment(&pc, observed)), None, t(1));
+        let s = status(&pc, Some(&deployment(&pc, observed)), None, 1, t(1));
         let p = find(&s.conditions, "Progressing").unwrap();
         assert_eq!(
             (p.status.as_str(), p.reason.as_str()),
             ("False", "ProgressDeadlineExceeded")
         );
 
-        let s = status(&pc, None, Some(&Problem::rejected("exceeded quota")), t(1));
+        let s = status(
+            &pc,
+            None,
+            Some(&Problem::rejected("exceeded quota")),
+            pc.spec.replicas,
+            t(1),
+        );
         let r = find(&s.conditions, "Ready").unwrap();
         assert_eq!(r.reason, REASON_REJECTED);
         assert!(r.message.contains("exceeded quota"));
@@ -538,7 +712,13 @@ mod tests {
             name: "orders-deployment".into(),
             owner_kind: "PulsarConsumer".into(),
         };
-        let s = status(&pc, None, Some(&Problem::name_conflict(&conflict)), t(2));
+        let s = status(
+            &pc,
+            None,
+            Some(&Problem::name_conflict(&conflict)),
+            pc.spec.replicas,
+            t(2),
+        );
         for type_ in ["Ready", "Progressing"] {
             let c = find(&s.conditions, type_).unwrap();
             assert_eq!(
@@ -551,5 +731,105 @@ mod tests {
                 c.message
             );
         }
+    }
+
+    #[test]
+    fn scaling_status_and_conditions() {
+        use crate::autoscale::{Decision, Limit, Policy, Why};
+        let pc = consumer(1);
+        let policy = Policy {
+            min: 0,
+            max: 3,
+            target: 2000,
+            window: 10,
+            up: None,
+            down: None,
+        };
+        let decision = |replicas: i32, limit: Limit| Decision {
+            replicas,
+            recommendation: Some(replicas),
+            limit,
+            why: Why::Up,
+        };
+        let base = status(&pc, None, None, 3, t(1));
+
+        // First read: 20,000 waiting asks for 10, limited to 3.
+        let scaling = Scaling {
+            reading: Some(Ok(20_000)),
+            decision: decision(3, Limit::TooMany),
+            policy: policy.clone(),
+        };
+        let s1 = with_scaling(base.clone(), None, Some(&scaling), Some(2), t(10));
+        assert_eq!((s1.backlog, s1.desired_replicas), (Some(20_000), Some(3)));
+        assert_eq!(s1.last_scale_time, None, "the first count is no rescale");
+        let active = find(&s1.conditions, SCALING_ACTIVE).unwrap();
+        assert_eq!(
+            (active.status.as_str(), active.reason.as_str()),
+            ("True", "BacklogRead")
+        );
+        assert!(
+            active.message.contains("10 wanted at 2000"),
+            "{}",
+            active.message
+        );
+        let limited = find(&s1.conditions, SCALING_LIMITED).unwrap();
+        assert_eq!(
+            (limited.status.as_str(), limited.reason.as_str()),
+            ("True", "TooManyReplicas")
+        );
+
+        // Drained and scaled to zero: lastScaleTime moves, no longer limited.
+        let mut base2 = base.clone();
+        base2.conditions = s1.conditions.clone();
+        let scaling = Scaling {
+            reading: Some(Ok(0)),
+            decision: decision(0, Limit::WithinRange),
+            policy: policy.clone(),
+        };
+        let s2 = with_scaling(base2.clone(), Some(&s1), Some(&scaling), Some(2), t(30));
+        assert_eq!((s2.backlog, s2.desired_replicas), (Some(0), Some(0)));
+        assert_eq!(s2.last_scale_time, Some(Time(t(30))));
+        assert!(!is_true(&s2.conditions, SCALING_LIMITED));
+
+        // The admin API goes away: ScalingActive=False with the reason, the last backlog and
+        // the count kept, lastScaleTime unchanged.
+        let mut base3 = base.clone();
+        base3.conditions = s2.conditions.clone();
+        let scaling = Scaling {
+            reading: Some(Err(("AdminAPIUnavailable", "connection refused".into()))),
+            decision: Decision {
+                replicas: 0,
+                recommendation: None,
+                limit: Limit::WithinRange,
+                why: Why::NoReading,
+            },
+            policy: policy.clone(),
+        };
+        let s3 = with_scaling(base3, Some(&s2), Some(&scaling), Some(2), t(40));
+        assert_eq!((s3.backlog, s3.desired_replicas), (Some(0), Some(0)));
+        assert_eq!(s3.last_scale_time, Some(Time(t(30))));
+        let active = find(&s3.conditions, SCALING_ACTIVE).unwrap();
+        assert_eq!(
+            (active.status.as_str(), active.reason.as_str()),
+            ("False", "AdminAPIUnavailable")
+        );
+        assert!(
+            active.message.contains("connection refused"),
+            "{}",
+            active.message
+        );
+        assert!(active.message.contains("left at 0"), "{}", active.message);
+
+        // Autoscaling removed: every trace goes.
+        let mut base4 = base;
+        base4.conditions = s3.conditions.clone();
+        let s4 = with_scaling(base4, Some(&s3), None, Some(3), t(50));
+        assert_eq!(
+            (s4.backlog, s4.desired_replicas, s4.last_scale_time),
+            (None, None, None)
+        );
+        assert!(find(&s4.conditions, SCALING_ACTIVE).is_none());
+        assert!(find(&s4.conditions, SCALING_LIMITED).is_none());
+        assert!(find(&s4.conditions, "Ready").is_some());
     }
 }

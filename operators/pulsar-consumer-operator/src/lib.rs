@@ -6,9 +6,19 @@
 //! server-side applied (no write when the cached Deployment already matches) ->
 //! [`desired::status`] summarises the Deployment -> the status subresource is patched if it
 //! changed, with an event per `Ready` transition.
+//!
+//! Autoscaling (`spec.autoscaling`): a [`poll`] task per object reads the subscription's
+//! backlog from the Pulsar [`admin`] API every `pollIntervalSeconds` and triggers a
+//! reconcile -> [`autoscale::decide`] turns the latest reading into a replica count (pure:
+//! clamp, stabilisation window, step limits) -> that count goes into the Deployment, and
+//! `status.backlog`, `desiredReplicas`, `lastScaleTime`, `ScalingActive` and
+//! `ScalingLimited` describe it.
 
+pub mod admin;
 pub mod api;
+pub mod autoscale;
 pub mod desired;
+pub mod poll;
 pub mod reconcile;
 
 pub use api::{PulsarConsumer, PulsarConsumerSpec, PulsarConsumerStatus};

@@ -6,7 +6,11 @@
 //! (`shared::ownership`): it is a condition (`NameConflict`) looked at again with a backoff
 //! of its own.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
@@ -23,9 +27,11 @@ use shared::{
 };
 
 use crate::{
-    OPERATOR,
-    api::PulsarConsumer,
+    OPERATOR, admin,
+    api::{Autoscaling, PulsarConsumer},
+    autoscale::{self, History, Policy, Reading, Why},
     desired::{self, Problem, REASON_NAME_CONFLICT, REASON_REJECTED},
+    poll::{self, Pollers},
 };
 
 /// The operator's environment variable naming the consumer image
@@ -69,6 +75,10 @@ pub struct Context {
     /// How long to wait before looking again at a Deployment name held by someone else,
     /// per PulsarConsumer (5 s doubling to 5 min).
     pub conflicts: ErrorBackoff,
+    /// The backlog pollers of the autoscaled PulsarConsumers.
+    pub pollers: Pollers,
+    /// What the autoscaler remembers per PulsarConsumer (`namespace/name`).
+    pub histories: Mutex<HashMap<String, History>>,
 }
 
 impl Context {
@@ -82,6 +92,16 @@ impl Context {
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(|| desired::DEFAULT_IMAGE.to_owned()),
             conflicts: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
+            pollers: Pollers::new(),
+            histories: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Stops autoscaling `pc`: its poller and what the autoscaler remembered.
+    fn forget(&self, pc: &PulsarConsumer, key: &str) {
+        self.pollers.stop(pc);
+        if let Ok(mut h) = self.histories.lock() {
+            h.remove(key);
         }
     }
 }
@@ -89,19 +109,23 @@ impl Context {
 /// The controller of one scope: PulsarConsumers, and the Deployments this operator manages
 /// (selected by the `app.kubernetes.io/managed-by` label, so other Deployments are not
 /// cached). A Deployment whose label someone removed leaves the cache, which reads as
-/// "deleted": the next reconcile re-applies it, label included.
+/// "deleted": the next reconcile re-applies it, label included. An autoscaled
+/// PulsarConsumer is also reconciled after every read of its backlog (`poll`).
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PulsarConsumer> {
     let managed = format!("app.kubernetes.io/managed-by={}", OPERATOR.name);
     let (deployments, deployment_events) =
         scope.reflect::<Deployment>(watcher::Config::default().labels(&managed));
     ctx.deployments.insert(scope, deployments);
-    scope
-        .controller::<PulsarConsumer>(watcher::Config::default())
+    let (consumers, consumer_events) = scope.reflect::<PulsarConsumer>(watcher::Config::default());
+    ctx.pollers.consumers().insert(scope, consumers.clone());
+    Controller::for_stream(consumer_events, consumers)
         .owns_stream(deployment_events)
+        .reconcile_on(ctx.pollers.triggers(scope.namespace().map(str::to_owned)))
 }
 
-/// Applies the Deployment of one PulsarConsumer (no write when the cached one matches) and
-/// records what it runs in the status.
+/// Applies the Deployment of one PulsarConsumer (no write when the cached one matches) with
+/// `spec.replicas` consumers, or as many as the autoscaler decides from the latest backlog
+/// read, and records what it runs in the status.
 ///
 /// # Errors
 /// [`Error`] on API failures; the runner retries with per-object backoff.
@@ -109,15 +133,15 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let Some(ns) = pc.namespace() else {
         return Ok(Action::await_change());
     };
+    let key = format!("{ns}/{}", pc.name_any());
     if pc.metadata.deletion_timestamp.is_some() {
         // Garbage collection removes the Deployment through its owner reference.
+        ctx.forget(&pc, &key);
         return Ok(Action::await_change());
     }
-    let key = format!("{ns}/{}", pc.name_any());
     let client = ctx.toolkit.client.clone();
     let name = desired::deployment_name(&pc);
     let owner = owner_reference(pc.as_ref())?;
-    let want = desired::desired_deployment(&pc, owner.clone(), &ctx.image);
     let cached = ctx
         .deployments
         .in_namespace(&ns, |d| d.name_any() == name)
@@ -125,10 +149,15 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         .next();
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let manager = ctx.toolkit.operator.name;
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let mut scaling = None;
+    let mut replicas = pc.spec.replicas;
     let (deployment, problem) = match claim(&api, &name, cached, &owner).await? {
         // Someone else's Deployment has the name: never written, reported.
         Claim::Conflict(conflict) => {
             tracing::debug!(%conflict, "deployment name taken");
+            ctx.forget(&pc, &key);
             (None, Some(Problem::name_conflict(&conflict)))
         }
         // The Deployment of a deleted PulsarConsumer of the same name: garbage collection
@@ -137,12 +166,30 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             tracing::info!(deployment = %name, "waiting for the Deployment of an earlier PulsarConsumer to go");
             (None, None)
         }
-        Claim::Free => write(&api, manager, &want, None).await?,
-        Claim::Ours(existing) => write(&api, manager, &want, Some(existing)).await?,
+        Claim::Free => {
+            scaling = autoscale(&pc, &ctx, &key, None, now);
+            replicas = scaling
+                .as_ref()
+                .map_or(replicas, |(s, _)| s.decision.replicas);
+            let want = desired::desired_deployment(&pc, owner.clone(), &ctx.image, replicas);
+            write(&api, manager, &want, None).await?
+        }
+        Claim::Ours(existing) => {
+            scaling = autoscale(&pc, &ctx, &key, Some(&existing), now);
+            replicas = scaling
+                .as_ref()
+                .map_or(replicas, |(s, _)| s.decision.replicas);
+            let want = desired::desired_deployment(&pc, owner.clone(), &ctx.image, replicas);
+            write(&api, manager, &want, Some(existing)).await?
+        }
     };
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(&pc, deployment.as_ref(), problem.as_ref(), now);
+    let new_status = desired::with_scaling(
+        desired::status(&pc, deployment.as_ref(), problem.as_ref(), replicas, now),
+        pc.status.as_ref(),
+        scaling.as_ref().map(|(s, _)| s),
+        pc.metadata.generation,
+        now,
+    );
     let consumers: Api<PulsarConsumer> = Api::namespaced(client, &ns);
     let old_conditions = pc
         .status
@@ -151,6 +198,32 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         .unwrap_or_default();
     if patch_status(&consumers, pc.as_ref(), pc.status.as_ref(), &new_status).await? {
         announce_ready(&ctx, &pc, &old_conditions, &new_status.conditions).await;
+        let scaling_active = |cs: &[Condition]| {
+            cs.iter()
+                .filter(|c| c.type_ == desired::SCALING_ACTIVE)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        ctx.toolkit
+            .events
+            .condition_transitions(
+                pc.as_ref(),
+                &scaling_active(&old_conditions),
+                &scaling_active(&new_status.conditions),
+                &SCALING_WARNINGS,
+            )
+            .await;
+    }
+    if let Some((s, from)) = &scaling
+        && s.decision.replicas != *from
+        && problem.is_none()
+    {
+        let note = scale_note(*from, s);
+        tracing::info!(from, to = s.decision.replicas, "{note}");
+        ctx.toolkit
+            .events
+            .publish(pc.as_ref(), EventType::Normal, "Scaled", &note, "Scale")
+            .await;
     }
     match problem {
         // Someone else's Deployment may be deleted without an event this operator watches
@@ -164,6 +237,155 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             Ok(Action::await_change())
         }
     }
+}
+
+/// `ScalingActive=False` reasons: announced as Warning events.
+const SCALING_WARNINGS: [&str; 5] = [
+    "AdminAPIUnavailable",
+    "TopicNotFound",
+    "SubscriptionNotFound",
+    "InvalidAdminResponse",
+    REASON_INVALID_AUTOSCALING,
+];
+
+/// `ScalingActive=False` reason: the topic or admin URL cannot be used (the schema rejects
+/// such specs; kept for objects stored before it did).
+const REASON_INVALID_AUTOSCALING: &str = "InvalidAutoscaling";
+
+/// Where and how often to read the backlog of `pc`.
+fn poll_settings(pc: &PulsarConsumer, a: &Autoscaling) -> Result<poll::Settings, String> {
+    let topic = admin::parse_topic(&pc.spec.topic)
+        .ok_or_else(|| format!("the topic {:?} cannot be parsed", pc.spec.topic))?;
+    let admin_url = match a.admin_url.as_deref().filter(|u| !u.is_empty()) {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => admin::default_admin_url(&pc.spec.server_address).ok_or_else(|| {
+            format!(
+                "no admin URL can be derived from {:?}; set spec.autoscaling.adminUrl",
+                pc.spec.server_address
+            )
+        })?,
+    };
+    Ok(poll::Settings {
+        target: admin::Target {
+            admin_url,
+            topic,
+            subscription: pc.spec.subscription_name.clone(),
+        },
+        interval: Duration::from_secs(u64::try_from(a.poll_interval_seconds.max(1)).unwrap_or(15)),
+    })
+}
+
+/// The autoscaler's decision for `pc` (none without `spec.autoscaling`, which also stops its
+/// poller), from the latest backlog read, and the count it started from. `deployment` is
+/// ours, as cached.
+fn autoscale(
+    pc: &PulsarConsumer,
+    ctx: &Context,
+    key: &str,
+    deployment: Option<&Deployment>,
+    now: jiff::Timestamp,
+) -> Option<(desired::Scaling, i32)> {
+    let Some(spec) = pc.spec.autoscaling.as_ref() else {
+        ctx.forget(pc, key);
+        return None;
+    };
+    let policy = Policy::from_spec(spec);
+    let observation = match poll_settings(pc, spec) {
+        Ok(settings) => ctx.pollers.ensure(pc, settings),
+        Err(message) => {
+            ctx.pollers.stop(pc);
+            return Some(no_reading(pc, ctx, key, &policy, deployment, now, message));
+        }
+    };
+    let reading = observation.as_ref().and_then(|o| {
+        o.result
+            .as_ref()
+            .ok()
+            .map(|&backlog| Reading { at: o.at, backlog })
+    });
+    let Ok(mut histories) = ctx.histories.lock() else {
+        return None;
+    };
+    let history = histories.entry(key.to_owned()).or_default();
+    let current = current_replicas(pc, history, &policy, deployment);
+    let decision = autoscale::decide(&policy, history, current, reading, now.as_second());
+    history.replicas = Some(decision.replicas);
+    Some((
+        desired::Scaling {
+            reading: observation.map(|o| o.result.map_err(|e| (e.reason(), e.to_string()))),
+            decision,
+            policy,
+        },
+        current,
+    ))
+}
+
+/// The decision when the settings cannot be used: the replicas as they are.
+fn no_reading(
+    pc: &PulsarConsumer,
+    ctx: &Context,
+    key: &str,
+    policy: &Policy,
+    deployment: Option<&Deployment>,
+    now: jiff::Timestamp,
+    message: String,
+) -> (desired::Scaling, i32) {
+    let mut fallback = History::default();
+    let mut histories = ctx.histories.lock().ok();
+    let history = histories
+        .as_mut()
+        .map_or(&mut fallback, |h| h.entry(key.to_owned()).or_default());
+    let current = current_replicas(pc, history, policy, deployment);
+    let decision = autoscale::decide(policy, history, current, None, now.as_second());
+    history.replicas = Some(decision.replicas);
+    (
+        desired::Scaling {
+            reading: Some(Err((REASON_INVALID_AUTOSCALING, message))),
+            decision,
+            policy: policy.clone(),
+        },
+        current,
+    )
+}
+
+/// The count the autoscaler starts from: its own last decision in this process, else the
+/// one recorded in the status, else the Deployment's, else [`Policy::initial`].
+fn current_replicas(
+    pc: &PulsarConsumer,
+    history: &History,
+    policy: &Policy,
+    deployment: Option<&Deployment>,
+) -> i32 {
+    history
+        .replicas
+        .or_else(|| pc.status.as_ref().and_then(|s| s.desired_replicas))
+        .or_else(|| {
+            deployment
+                .and_then(|d| d.spec.as_ref())
+                .and_then(|s| s.replicas)
+        })
+        .unwrap_or_else(|| policy.initial())
+}
+
+/// What a scale event says.
+fn scale_note(from: i32, s: &desired::Scaling) -> String {
+    let to = s.decision.replicas;
+    let p = &s.policy;
+    let backlog = match &s.reading {
+        Some(Ok(b)) => format!("backlog {b}, {} per consumer", p.target),
+        _ => "backlog unknown".to_owned(),
+    };
+    let why = match s.decision.why {
+        Why::Up | Why::Steady => "scaled up at once".to_owned(),
+        Why::Down => format!("nothing higher wanted within the last {}s", p.window),
+        Why::Stabilizing => "held by the stabilization window".to_owned(),
+        Why::StepLimited => "limited by the step limit of the period".to_owned(),
+        Why::NoReading => format!(
+            "brought within minReplicas..maxReplicas ({}..{})",
+            p.min, p.max
+        ),
+    };
+    format!("scaled the consumers from {from} to {to}: {backlog}; {why}")
 }
 
 /// Server-side applies `want` unless `cached` (ours) already matches. A refusal by the API
