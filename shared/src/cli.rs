@@ -82,8 +82,9 @@ impl Cli {
 /// Flags of `run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Enable leader election, so only one replica reconciles at a time.
-    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
+    /// Enable leader election, so only one replica reconciles at a time
+    /// (`--enable-leader-election` is the older kubebuilder scaffold's name).
+    #[arg(long, visible_alias = "enable-leader-election", global = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
     pub leader_elect: bool,
 
     /// Name of the Lease used for leader election (default: `<operator>-leader`).
@@ -111,7 +112,7 @@ pub struct RunArgs {
     pub retry_period: Duration,
 
     /// Address of the Prometheus `/metrics` endpoint (`:8080` = all interfaces; `0` disables it).
-    #[arg(long, global = true, default_value = ":8080", value_parser = BindAddress::parse, value_name = "ADDR")]
+    #[arg(long, visible_alias = "metrics-addr", global = true, default_value = ":8080", value_parser = BindAddress::parse, value_name = "ADDR")]
     pub metrics_bind_address: BindAddress,
 
     /// Address of the `/healthz` and `/readyz` endpoints (`0` disables them).
@@ -181,6 +182,77 @@ pub struct RunArgs {
     /// Development logging defaults (text format, debug level), as zap's development mode.
     #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
     pub zap_devel: bool,
+
+    /// Accepted for compatibility with zap (`debug`..`fatal`); tracing prints no stack
+    /// traces, so it changes nothing.
+    #[arg(long, global = true, value_parser = parse_zap_level_name, value_name = "LEVEL")]
+    pub zap_stacktrace_level: Option<String>,
+
+    /// Timestamp format of log lines, as zap's: `epoch`, `millis`, `nano`, `iso8601`,
+    /// `rfc3339` or `rfc3339nano` (default: RFC 3339 with microseconds).
+    #[arg(long, global = true, value_parser = parse_time_encoding, value_name = "ENCODING")]
+    pub zap_time_encoding: Option<TimeEncoding>,
+}
+
+/// How log lines carry their timestamp (zap's `--zap-time-encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeEncoding {
+    /// Seconds since the Unix epoch, with a fraction (`1732363980.123456`).
+    Epoch,
+    /// Milliseconds since the Unix epoch, with a fraction.
+    Millis,
+    /// Nanoseconds since the Unix epoch.
+    Nano,
+    /// ISO 8601 with milliseconds (`2026-11-23T12:00:00.123Z`).
+    Iso8601,
+    /// RFC 3339 to the second (`2026-11-23T12:00:00Z`).
+    Rfc3339,
+    /// RFC 3339 with nanoseconds.
+    Rfc3339Nano,
+}
+
+impl TimeEncoding {
+    /// `t` in this encoding; `None` (no flag) is RFC 3339 with microseconds.
+    #[must_use]
+    pub fn format(encoding: Option<Self>, t: jiff::Timestamp) -> String {
+        let nanos = t.as_nanosecond();
+        #[allow(clippy::cast_precision_loss)]
+        match encoding {
+            Some(TimeEncoding::Epoch) => format!("{:.6}", nanos as f64 / 1e9),
+            Some(TimeEncoding::Millis) => format!("{:.3}", nanos as f64 / 1e6),
+            Some(TimeEncoding::Nano) => nanos.to_string(),
+            Some(TimeEncoding::Iso8601) => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+            Some(TimeEncoding::Rfc3339) => t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            Some(TimeEncoding::Rfc3339Nano) => t.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string(),
+            None => t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        }
+    }
+}
+
+/// Parses zap's time encodings (case-insensitive; zap also takes `ISO8601` and `RFC3339Nano`).
+fn parse_time_encoding(s: &str) -> Result<TimeEncoding, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "epoch" => Ok(TimeEncoding::Epoch),
+        "millis" => Ok(TimeEncoding::Millis),
+        "nano" => Ok(TimeEncoding::Nano),
+        "iso8601" => Ok(TimeEncoding::Iso8601),
+        "rfc3339" => Ok(TimeEncoding::Rfc3339),
+        "rfc3339nano" => Ok(TimeEncoding::Rfc3339Nano),
+        other => Err(format!(
+            "unknown time encoding `{other}`: use epoch, millis, nano, iso8601, rfc3339 or rfc3339nano"
+        )),
+    }
+}
+
+/// Accepts zap's level names (for flags that are accepted but have no effect here).
+fn parse_zap_level_name(s: &str) -> Result<String, String> {
+    let level = s.trim().to_ascii_lowercase();
+    match level.as_str() {
+        "debug" | "info" | "warn" | "error" | "dpanic" | "panic" | "fatal" => Ok(level),
+        other => Err(format!(
+            "unknown level `{other}`: use debug, info, warn, error, dpanic, panic or fatal"
+        )),
+    }
 }
 
 /// A listen address; `None` when disabled with `0`.
@@ -315,26 +387,54 @@ pub fn parse_bind_address(s: &str) -> Result<Option<SocketAddr>, String> {
     Ok(Some(SocketAddr::new(ip, port)))
 }
 
-/// Parses `15s`, `500ms`, `2m`, `1h` or a plain number of seconds.
+/// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers, each
+/// with a unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`), e.g. `1m30s`, `500ms`, `2.5s`,
+/// `1h`, `0s`, `0`; a plain number is taken as seconds (as before). Negative durations
+/// are refused: nothing here waits a negative time.
 ///
 /// # Errors
 /// A message naming the accepted units.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let bad = || format!("`{s}` is not a duration: use e.g. 15s, 500ms, 2m");
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(bad()),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+    let bad = || format!("`{s}` is not a duration: use e.g. 15s, 500ms, 1m30s, 2.5s, 1h");
+    let rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if let Ok(secs) = rest.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|_| bad());
+    }
+    let mut total = 0f64;
+    let mut rest = rest;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (num, tail) = rest.split_at(num_end);
+        if num.is_empty() || num == "." {
+            return Err(bad());
+        }
+        let n: f64 = num.parse().map_err(|_| bad())?;
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += n * scale;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
 #[cfg(test)]
@@ -505,5 +605,100 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert!(parse_duration("3x").is_err());
+    }
+
+    #[test]
+    fn go_style_durations() {
+        let ms = Duration::from_millis;
+        for (text, want) in [
+            ("1m30s", ms(90_000)),
+            ("500ms", ms(500)),
+            ("1h", ms(3_600_000)),
+            ("2.5s", ms(2500)),
+            ("0s", Duration::ZERO),
+            ("0", Duration::ZERO),
+            ("1h2m3s4ms", ms(3_723_004)),
+            ("+1.5m", ms(90_000)),
+            ("1500us", Duration::from_micros(1500)),
+            ("1500\u{b5}s", Duration::from_micros(1500)),
+            ("2000000ns", ms(2)),
+            (".5s", ms(500)),
+        ] {
+            let got = parse_duration(text).unwrap();
+            // Float arithmetic: equal to the microsecond.
+            assert!(
+                got.abs_diff(want) < Duration::from_micros(1),
+                "{text}: {got:?} != {want:?}"
+            );
+        }
+        for bad in ["", "s", "1.5.2s", "-1s", "1m30", "1d", "ms", "1 s"] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+        // Every duration flag takes them.
+        let a = parse(&[
+            "--reconcile-debounce",
+            "1m30s",
+            "--leader-elect-retry-period=1.5s",
+        ])
+        .run;
+        assert_eq!(a.reconcile_debounce, ms(90_000));
+        assert_eq!(a.retry_period, ms(1500));
+    }
+
+    #[test]
+    fn older_scaffold_flags() {
+        let a = parse(&[
+            "--metrics-addr",
+            "127.0.0.1:9000",
+            "--enable-leader-election",
+        ])
+        .run;
+        assert_eq!(
+            a.metrics_bind_address.0,
+            Some("127.0.0.1:9000".parse().unwrap())
+        );
+        assert!(a.leader_elect);
+        let a = parse(&["--enable-leader-election=false", "--metrics-addr=0"]).run;
+        assert!(!a.leader_elect);
+        assert_eq!(a.metrics_bind_address.0, None);
+        let a = parse(&[
+            "--zap-stacktrace-level",
+            "error",
+            "--zap-time-encoding",
+            "ISO8601",
+        ])
+        .run;
+        assert_eq!(a.zap_stacktrace_level.as_deref(), Some("error"));
+        assert_eq!(a.zap_time_encoding, Some(TimeEncoding::Iso8601));
+        assert!(Cli::try_parse_from_for("op", ["op", "--zap-stacktrace-level=loud"]).is_err());
+        let err = Cli::try_parse_from_for("op", ["op", "--zap-time-encoding=sundial"]).unwrap_err();
+        assert!(err.to_string().contains("--zap-time-encoding"), "{err}");
+        assert_eq!(parse(&[]).run.zap_time_encoding, None);
+    }
+
+    #[test]
+    fn time_encodings() {
+        let t: jiff::Timestamp = "2026-11-23T12:00:00.123456789Z".parse().unwrap();
+        let secs = t.as_second();
+        for (enc, want) in [
+            (Some(TimeEncoding::Epoch), format!("{secs}.123457")),
+            (Some(TimeEncoding::Millis), format!("{secs}123.457")),
+            (Some(TimeEncoding::Nano), format!("{secs}123456789")),
+            (
+                Some(TimeEncoding::Iso8601),
+                "2026-11-23T12:00:00.123Z".to_owned(),
+            ),
+            (
+                Some(TimeEncoding::Rfc3339),
+                "2026-11-23T12:00:00Z".to_owned(),
+            ),
+            (
+                Some(TimeEncoding::Rfc3339Nano),
+                "2026-11-23T12:00:00.123456789Z".to_owned(),
+            ),
+            (None, "2026-11-23T12:00:00.123456Z".to_owned()),
+        ] {
+            assert_eq!(TimeEncoding::format(enc, t), want, "{enc:?}");
+        }
     }
 }
