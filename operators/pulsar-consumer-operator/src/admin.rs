@@ -512,4 +512,157 @@ mod tests {
         assert!(s.to_string().contains("no subscription s"));
         assert_eq!(snippet(&[b'x'; 300]).len(), 203);
     }
+
+    /// A one-route-per-path HTTP server on 127.0.0.1 answering `(status, body)` for the
+    /// paths it knows and 404 otherwise; counts the requests.
+    async fn fake_admin(
+        routes: Vec<(&'static str, u16, String)>,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let routes = routes.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&buf).to_string();
+                    let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    let (code, body) = routes
+                        .iter()
+                        .find(|(p, _, _)| *p == path)
+                        .map(|(_, c, b)| (*c, b.clone()))
+                        .unwrap_or((404, r#"{"reason":"Topic not found"}"#.to_owned()));
+                    let response = format!(
+                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        (url, count)
+    }
+
+    fn target(url: &str, topic: &str) -> Target {
+        Target {
+            admin_url: url.to_owned(),
+            topic: parse_topic(topic).unwrap(),
+            subscription: "sub".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_the_backlog_over_http() {
+        let stats = json!({"subscriptions": {"sub": {"msgBacklog": 42}}}).to_string();
+        let (url, count) = fake_admin(vec![(
+            "/admin/v2/persistent/public/default/t/stats",
+            200,
+            stats,
+        )])
+        .await;
+        let client = AdminClient::default();
+        let mut partitioned = false;
+        let b = client.backlog(&target(&url, "t"), &mut partitioned).await;
+        assert_eq!(b, Ok(42));
+        assert!(!partitioned);
+        assert_eq!(
+            count.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one request"
+        );
+    }
+
+    #[tokio::test]
+    async fn finds_a_partitioned_topic_once_and_remembers() {
+        let stats = json!({"subscriptions": {"sub": {"msgBacklog": 7}}}).to_string();
+        let (url, count) = fake_admin(vec![(
+            "/admin/v2/non-persistent/a/b/p/partitioned-stats",
+            200,
+            stats,
+        )])
+        .await;
+        let client = AdminClient::default();
+        let t = target(&url, "non-persistent://a/b/p");
+        let mut partitioned = false;
+        assert_eq!(client.backlog(&t, &mut partitioned).await, Ok(7));
+        assert!(partitioned);
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Next time: one request.
+        assert_eq!(client.backlog(&t, &mut partitioned).await, Ok(7));
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn reports_why_it_cannot_read() {
+        let (url, _) = fake_admin(vec![
+            (
+                "/admin/v2/persistent/public/default/nosub/stats",
+                200,
+                json!({"subscriptions": {"other": {"msgBacklog": 1}}}).to_string(),
+            ),
+            (
+                "/admin/v2/persistent/public/default/broken/stats",
+                500,
+                "boom".to_owned(),
+            ),
+            (
+                "/admin/v2/persistent/public/default/denied/stats",
+                401,
+                "no".to_owned(),
+            ),
+            (
+                "/admin/v2/persistent/public/default/html/stats",
+                200,
+                "<html>".to_owned(),
+            ),
+        ])
+        .await;
+        let client = AdminClient::default();
+        let reason = |topic: &'static str| {
+            let client = &client;
+            let url = url.clone();
+            async move {
+                let mut partitioned = false;
+                client
+                    .backlog(&target(&url, topic), &mut partitioned)
+                    .await
+                    .map_err(|e| e.reason())
+            }
+        };
+        assert_eq!(reason("missing").await, Err("TopicNotFound"));
+        assert_eq!(reason("nosub").await, Err("SubscriptionNotFound"));
+        assert_eq!(reason("broken").await, Err("AdminAPIUnavailable"));
+        assert_eq!(reason("denied").await, Err("InvalidAdminResponse"));
+        assert_eq!(reason("html").await, Err("InvalidAdminResponse"));
+
+        // Nothing listens.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut partitioned = false;
+        let e = client
+            .backlog(
+                &target(&format!("http://127.0.0.1:{closed}"), "t"),
+                &mut partitioned,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.reason(), "AdminAPIUnavailable");
+        assert!(e.to_string().contains(&closed.to_string()), "{e}");
+    }
 }
