@@ -162,6 +162,21 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
                 );
             }
             let info = PulsarInfo::new(&state.ports, dirs.log());
+            let conf = fs::read_to_string(dirs.state.join("standalone.conf")).unwrap_or_default();
+            let advertised = format!("\nadvertisedAddress={}\n", advertised_address());
+            if serving(&state.ports) && !conf.contains(&advertised) {
+                // Started before the local cluster's real node: pods could
+                // not follow the broker's lookup answers.
+                println!(
+                    "pulsar: the local cluster's real node is up: restarting the broker (pid {}) \
+                     so it advertises {} to pods",
+                    state.pid,
+                    advertised_address()
+                );
+                stop_group(state.pid)?;
+                State::remove(&dirs);
+                return start(&dirs, state.ports, true);
+            }
             if serving(&state.ports) {
                 return Ok(info);
             }
@@ -215,7 +230,7 @@ fn start(dirs: &Dirs, ports: Ports, fresh_data: bool) -> Result<PulsarInfo> {
 
     // Fresh configuration for every start; empty data unless restarting.
     let conf = dirs.state.join("standalone.conf");
-    fs::write(&conf, render_conf(CONF_TEMPLATE, &ports))
+    fs::write(&conf, render_conf(CONF_TEMPLATE, &ports, advertised_address()))
         .with_context(|| format!("writing {}", conf.display()))?;
     let log4j2 = dirs.state.join("log4j2.xml");
     fs::write(&log4j2, LOG4J2).with_context(|| format!("writing {}", log4j2.display()))?;
@@ -706,12 +721,13 @@ fn ensure_classpath(dirs: &Dirs) -> Result<PathBuf> {
 
 /// Our configuration with the ports xtask manages put in: every `key=value`
 /// line of a managed key is replaced, keys the template lacks are appended.
-fn render_conf(template: &str, ports: &Ports) -> String {
+fn render_conf(template: &str, ports: &Ports, advertised: &str) -> String {
     let managed = [
         ("brokerServicePort", ports.broker.to_string()),
         ("webServicePort", ports.web.to_string()),
+        ("advertisedAddress", advertised.to_owned()),
     ];
-    let mut seen = [false; 2];
+    let mut seen = [false; 3];
     let mut out = String::with_capacity(template.len() + 128);
     for line in template.lines() {
         let key = line.split_once('=').map(|(k, _)| k.trim());
@@ -732,6 +748,21 @@ fn render_conf(template: &str, ports: &Ports) -> String {
         }
     }
     out
+}
+
+/// The address the broker names in its lookup answers: clients connect to
+/// it after the first request. Beside the local cluster's real node it is the
+/// node's bridge address, which pods reach and the host too (the node's
+/// nftables rules forward both to the broker on 127.0.0.1); else 127.0.0.1.
+fn advertised_address() -> &'static str {
+    if std::path::Path::new("/sys/class/net")
+        .join(crate::cluster::node::BRIDGE)
+        .exists()
+    {
+        crate::cluster::node::NODE_IP
+    } else {
+        "127.0.0.1"
+    }
 }
 
 fn bookie_port() -> Result<u16> {
@@ -976,12 +1007,13 @@ mod tests {
         let out = render_conf(
             "# webServicePort=1\nbrokerServicePort=6650\nclusterName=x\n",
             &ports,
+            "10.88.0.1",
         );
         assert_eq!(
             out,
-            "# webServicePort=1\nbrokerServicePort=16650\nclusterName=x\nwebServicePort=28080\n"
+            "# webServicePort=1\nbrokerServicePort=16650\nclusterName=x\nwebServicePort=28080\nadvertisedAddress=10.88.0.1\n"
         );
-        let real = render_conf(CONF_TEMPLATE, &ports);
+        let real = render_conf(CONF_TEMPLATE, &ports, "127.0.0.1");
         assert!(real.contains("\nwebServicePort=28080\n"));
         assert!(real.contains("\nbrokerServicePort=16650\n"));
         assert!(!real.contains("=6650\n"));

@@ -44,6 +44,9 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// The taint that keeps ordinary pods off the simulated nodes (namespaces
 /// annotated with `xtask::simulated::NAMESPACE_ANNOTATIONS` tolerate it).
 pub const KWOK_TAINT: &str = xtask::simulated::TAINT_KEY;
+/// Ports of services on this machine that pods reach on [`NODE_IP`]: the
+/// Pulsar broker's binary protocol and admin API.
+const HOST_PORTS: &str = "6650, 18080";
 /// Our nftables table.
 const NFT_TABLE: &str = "rust_operators_node";
 
@@ -362,6 +365,18 @@ table ip {NFT_TABLE} {{
         type nat hook prerouting priority -110; policy accept;
         iifname \"{BRIDGE}\" ip daddr {API_SERVICE_IP} tcp dport 443 dnat to 127.0.0.1:{API_SERVER_PORT}
     }}
+    # Services of this machine that pods use, on the bridge address: the
+    # Pulsar broker of `cargo xtask pulsar up` (binary and admin ports), which
+    # listens on 127.0.0.1 and advertises the bridge address. The same from
+    # the host itself, so both follow the broker's lookup answers.
+    chain pods_to_host {{
+        type nat hook prerouting priority -110; policy accept;
+        iifname \"{BRIDGE}\" ip daddr {NODE_IP} tcp dport {{ {HOST_PORTS} }} dnat to 127.0.0.1
+    }}
+    chain host_to_host {{
+        type nat hook output priority -110; policy accept;
+        ip daddr {NODE_IP} tcp dport {{ {HOST_PORTS} }} dnat to 127.0.0.1
+    }}
     # The pod network is a private bridge: nothing from it leaves the machine.
     chain keep_inside {{
         type filter hook forward priority -10; policy accept;
@@ -449,6 +464,41 @@ endpoints:
 - addresses: [\"{NODE_IP}\"]
   conditions: {{ready: true}}
   nodeName: {NODE_NAME}
+---
+# The Pulsar broker of `cargo xtask pulsar up`, as pods address it:
+# pulsar://pulsar-broker.pulsar.svc:6650 (a headless Service: the name
+# resolves to the bridge address, where the broker is forwarded).
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: pulsar
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: pulsar-broker
+  namespace: pulsar
+spec:
+  clusterIP: None
+  ports:
+  - {{name: pulsar, port: 6650, protocol: TCP}}
+  - {{name: http, port: 18080, protocol: TCP}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: pulsar-broker-host
+  namespace: pulsar
+  labels:
+    kubernetes.io/service-name: pulsar-broker
+    endpointslice.kubernetes.io/managed-by: xtask-cluster
+addressType: IPv4
+ports:
+- {{name: pulsar, port: 6650, protocol: TCP}}
+- {{name: http, port: 18080, protocol: TCP}}
+endpoints:
+- addresses: [\"{NODE_IP}\"]
+  conditions: {{ready: true}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
