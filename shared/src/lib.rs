@@ -22,6 +22,7 @@ pub mod metrics_auth;
 pub mod namespaces;
 pub mod ownership;
 pub mod pod_security;
+pub mod process_metrics;
 pub mod run;
 pub mod telemetry;
 

@@ -103,10 +103,10 @@ impl Operator {
     {
         crate::telemetry::init(&args);
         tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
-        let client = connect().await?;
+        let metrics = Metrics::new();
+        let client = connect(&metrics).await?;
         check_crd_installed::<K>(&client, &args.watch_namespace, self.name).await?;
 
-        let metrics = Metrics::new();
         let ready = Readiness::default();
         health::serve_from_args(&args, &client, metrics.clone(), ready.clone()).await?;
         let shutdown = shutdown_on_signal();
@@ -164,10 +164,11 @@ impl Operator {
             let span =
                 tracing::info_span!("reconcile", controller = controller_name, object = %key);
             async move {
+                let queued = metrics.queued(controller_name);
                 // An error means the runner is shutting down; the reconcile then runs on
                 // whatever the caches hold, as before.
                 let _ = synced.wait_for(|done| *done).await;
-                let _worker = metrics.worker(controller_name);
+                let _worker = queued.start();
                 let start = Instant::now();
                 let result = reconcile(obj, ctx).await;
                 let result_label = match &result {
@@ -265,13 +266,16 @@ fn object_key<K: Resource>(obj: &K) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }
 
-async fn connect() -> Result<Client, Error> {
-    Client::try_default()
+/// `Client::try_default`, with every request counted in `rest_client_requests_total`.
+async fn connect(metrics: &Metrics) -> Result<Client, Error> {
+    let no_credentials = |source| Error::NoCredentials {
+        source,
+        kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".to_owned()),
+    };
+    let config = kube::Config::infer()
         .await
-        .map_err(|source| Error::NoCredentials {
-            source,
-            kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".to_owned()),
-        })
+        .map_err(|e| no_credentials(kube::Error::InferConfig(e)))?;
+    metrics.client(config).map_err(no_credentials)
 }
 
 async fn check_crd_installed<K>(
