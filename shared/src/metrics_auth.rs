@@ -12,15 +12,16 @@
 //! be asked gives `500` and nothing is cached.
 //!
 //! The certificate is `tls.crt`/`tls.key` (PEM) from a directory (e.g. a cert-manager
-//! Secret mounted into the pod), or self-signed and generated in memory at startup (the
-//! root filesystem can stay read-only), as controller-runtime does without a cert path.
+//! Secret mounted into the pod; reloaded when the files change), or self-signed and
+//! generated in memory at startup (the root filesystem can stay read-only), as
+//! controller-runtime does without a cert path.
 
 use std::{
     collections::HashMap,
     io,
     path::Path,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use axum::{
@@ -323,25 +324,131 @@ pub struct CertFiles {
     pub key: std::path::PathBuf,
 }
 
-/// The TLS configuration of the metrics server: the certificate in `files`, else a new
-/// self-signed one (for `localhost` and the pod's host name).
+/// How often the certificate files are checked for a change (a rotated Secret).
+pub const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The TLS configuration of the metrics server: the certificate in `files` (reloaded when
+/// the files change, as controller-runtime's certwatcher does, so a rotated cert-manager
+/// Secret takes effect without a restart), else a new self-signed one (for `localhost`
+/// and the pod's host name).
 ///
 /// # Errors
 /// A file that cannot be read or holds no certificate or key; a key that does not match.
 pub fn tls_config(files: Option<&CertFiles>) -> io::Result<Arc<rustls::ServerConfig>> {
-    let (certs, key) = match files {
-        Some(files) => read_cert(files)?,
-        None => self_signed()?,
-    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let resolver: Arc<dyn rustls::server::ResolvesServerCert> = match files {
+        Some(files) => Arc::new(ReloadingCert::load(files.clone(), provider.clone())?),
+        None => {
+            let (certs, key) = self_signed()?;
+            Arc::new(FixedCert(Arc::new(certified_key(certs, key, &provider)?)))
+        }
+    };
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(io::Error::other)?
         .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+fn certified_key(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    provider: &rustls::crypto::CryptoProvider,
+) -> io::Result<rustls::sign::CertifiedKey> {
+    rustls::sign::CertifiedKey::from_der(certs, key, provider)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The self-signed certificate.
+#[derive(Debug)]
+struct FixedCert(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for FixedCert {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+type Mtimes = (Option<SystemTime>, Option<SystemTime>);
+
+/// The certificate of `files`, read again when their modification times change (checked
+/// at most every [`CERT_CHECK_INTERVAL`], at a handshake). A change that does not load
+/// (half-written, key and certificate not matching) keeps the previous certificate.
+#[derive(Debug)]
+struct ReloadingCert {
+    files: CertFiles,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    state: Mutex<ReloadState>,
+}
+
+#[derive(Debug)]
+struct ReloadState {
+    key: Arc<rustls::sign::CertifiedKey>,
+    mtimes: Mtimes,
+    checked: Instant,
+}
+
+fn mtimes(files: &CertFiles) -> Mtimes {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    (modified(&files.cert), modified(&files.key))
+}
+
+impl ReloadingCert {
+    fn load(files: CertFiles, provider: Arc<rustls::crypto::CryptoProvider>) -> io::Result<Self> {
+        let stamp = mtimes(&files);
+        let (certs, key) = read_cert(&files)?;
+        let key = Arc::new(certified_key(certs, key, &provider)?);
+        Ok(Self {
+            files,
+            provider,
+            state: Mutex::new(ReloadState {
+                key,
+                mtimes: stamp,
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    /// The current certificate, reloaded first if the files changed.
+    fn current(&self, now: Instant) -> Arc<rustls::sign::CertifiedKey> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if now.saturating_duration_since(state.checked) >= CERT_CHECK_INTERVAL {
+            state.checked = now;
+            let stamp = mtimes(&self.files);
+            if stamp != state.mtimes {
+                let loaded = read_cert(&self.files)
+                    .and_then(|(certs, key)| certified_key(certs, key, &self.provider));
+                match loaded {
+                    Ok(key) => {
+                        tracing::info!(cert = %self.files.cert.display(), "metrics certificate reloaded");
+                        state.key = Arc::new(key);
+                        state.mtimes = stamp;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "the changed metrics certificate does not load; keeping the previous one");
+                    }
+                }
+            }
+        }
+        state.key.clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for ReloadingCert {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.current(Instant::now()))
+    }
 }
 
 type CertAndKey = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
@@ -527,6 +634,54 @@ mod tests {
         std::fs::write(&files.cert, "not a certificate").unwrap();
         let err = tls_config(Some(&files)).unwrap_err();
         assert!(err.to_string().contains("tls.crt"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_rotated_certificate_is_picked_up_and_a_broken_one_is_not() {
+        let write = |files: &CertFiles, name: &str| {
+            let generated = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+            std::fs::write(&files.cert, generated.cert.pem()).unwrap();
+            std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
+            generated.cert.der().clone()
+        };
+        let dir = std::env::temp_dir().join(format!("metrics-rotate-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        };
+        let first = write(&files, "first.example");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let reloading = ReloadingCert::load(files.clone(), provider).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(reloading.current(t0).cert[0], first);
+        // Rotated: new files with a new modification time.
+        let second = write(&files, "second.example");
+        let later = SystemTime::now() + Duration::from_secs(5);
+        for path in [&files.cert, &files.key] {
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(later)
+                .unwrap();
+        }
+        // Not before the check interval...
+        assert_eq!(reloading.current(t0).cert[0], first);
+        // ...then the new one.
+        let t1 = t0 + CERT_CHECK_INTERVAL;
+        assert_eq!(reloading.current(t1).cert[0], second);
+        // A broken rotation keeps the last good certificate.
+        std::fs::write(&files.cert, "half-written").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&files.cert)
+            .unwrap()
+            .set_modified(later + Duration::from_secs(5))
+            .unwrap();
+        let t2 = t1 + CERT_CHECK_INTERVAL;
+        assert_eq!(reloading.current(t2).cert[0], second);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
