@@ -1,0 +1,585 @@
+//! Backlog-based autoscaling of a PulsarConsumer against the real Apache Pulsar broker
+//! (`cargo xtask pulsar up`, started on demand) and the real local cluster.
+//!
+//! Pods are simulated (kwok), so this test plays the kubelet for the consumers: a
+//! "follower" runs as many local `pulsar-consumer` processes as the Deployment asks for
+//! (starting and stopping them as the operator scales), as the other consumer tests run
+//! consumer processes locally. The operator reads the backlog through a TCP proxy in front
+//! of the broker's admin port, which the test stops to take the admin API away without
+//! touching the broker other tests share.
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::operator::OperatorProcess;
+use e2e::pulsar::{
+    ConsumerProcess, Received, expected_payloads, payload_counts, produce, shared_broker,
+    unique_topic,
+};
+use e2e::{TestNamespace, create_from_json, dynamic_api, poll, repo_root};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use pulsar_consumer_operator::api::PulsarConsumer;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+const OPERATOR: &str = "pulsar-consumer-operator";
+/// Deadline of the waits on consumers and scaling (debug builds on a shared machine).
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// The (shortened) scale-down stabilisation window of the test object.
+const WINDOW_SECONDS: u64 = 10;
+/// Messages produced before any consumer runs.
+const BACKLOG: u64 = 20_000;
+/// Messages produced once scaled to zero.
+const LATER: u64 = 500;
+
+/// The broker's admin port, as `cargo xtask pulsar status` reports it.
+async fn admin_port() -> Result<u16> {
+    let out = tokio::process::Command::new(env!("CARGO"))
+        .current_dir(repo_root())
+        .args(["run", "--quiet", "-p", "xtask", "--", "pulsar", "status"])
+        .output()
+        .await
+        .context("running cargo xtask pulsar status")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("admin URL:"))
+        .and_then(|url| url.trim().rsplit_once(':'))
+        .and_then(|(_, port)| port.trim_end_matches('/').parse().ok())
+        .with_context(|| format!("no admin URL in `cargo xtask pulsar status`:\n{stdout}"))
+}
+
+/// A TCP proxy on 127.0.0.1 in front of the broker's admin port, to stop and start.
+struct AdminProxy {
+    port: u16,
+    upstream: u16,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl AdminProxy {
+    async fn start(upstream: u16) -> Result<AdminProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let mut proxy = AdminProxy {
+            port,
+            upstream,
+            task: None,
+        };
+        proxy.serve(listener);
+        Ok(proxy)
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let upstream = self.upstream;
+        self.task = Some(tokio::spawn(async move {
+            // Dropping the set (when the task is aborted) aborts every connection.
+            let mut connections = JoinSet::new();
+            while let Ok((mut client, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        }));
+    }
+
+    /// Refuses connections from now on (and cuts the open ones).
+    fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Serves again on the same port.
+    async fn resume(&mut self) -> Result<()> {
+        let listener = poll("the admin proxy's port free again", TIMEOUT, || async {
+            Ok(TcpListener::bind(("127.0.0.1", self.port)).await.ok())
+        })
+        .await?;
+        self.serve(listener);
+        Ok(())
+    }
+}
+
+impl Drop for AdminProxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs as many local consumer processes as the Deployment's `spec.replicas`, as a kubelet
+/// would run its pods; keeps every process it ever started, for their logs.
+struct Follower {
+    state: Arc<Mutex<FollowerState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct FollowerState {
+    running: Vec<ConsumerProcess>,
+    stopped: Vec<ConsumerProcess>,
+    max_running: usize,
+    error: Option<String>,
+}
+
+impl Follower {
+    fn start(
+        deployments: Api<Deployment>,
+        name: String,
+        server: String,
+        topic: String,
+        subscription: String,
+    ) -> Follower {
+        let state = Arc::new(Mutex::new(FollowerState::default()));
+        let shared = Arc::clone(&state);
+        let task = tokio::spawn(async move {
+            let mut n = 0;
+            loop {
+                let want = match deployments.get_opt(&name).await {
+                    Ok(d) => d
+                        .and_then(|d| d.spec)
+                        .and_then(|s| s.replicas)
+                        .unwrap_or(0)
+                        .max(0) as usize,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
+                if !follow(&shared, want, &mut n, &server, &topic, &subscription) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Follower { state, task }
+    }
+
+    /// How many consumers run now.
+    fn running(&self) -> usize {
+        self.state.lock().map(|s| s.running.len()).unwrap_or(0)
+    }
+
+    /// Stops following, terminates what runs and returns every process's received
+    /// messages and the most that ran at once.
+    fn finish(self) -> Result<(Vec<Vec<Received>>, usize)> {
+        self.task.abort();
+        let mut s = self
+            .state
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the follower panicked"))?;
+        if let Some(e) = s.error.take() {
+            bail!("the follower failed: {e}");
+        }
+        let running = std::mem::take(&mut s.running);
+        for mut c in running {
+            c.terminate()?;
+            s.stopped.push(c);
+        }
+        let logs = s.stopped.iter().map(ConsumerProcess::received).collect();
+        Ok((logs, s.max_running))
+    }
+}
+
+/// Starts or stops consumers until `want` run; `false` when it cannot (the error is kept).
+fn follow(
+    state: &Mutex<FollowerState>,
+    want: usize,
+    n: &mut usize,
+    server: &str,
+    topic: &str,
+    subscription: &str,
+) -> bool {
+    let Ok(mut s) = state.lock() else {
+        return false;
+    };
+    while s.running.len() < want {
+        *n += 1;
+        match ConsumerProcess::start(server, topic, subscription, &format!("c{n}")) {
+            Ok(c) => s.running.push(c),
+            Err(e) => {
+                s.error = Some(format!("{e:#}"));
+                return false;
+            }
+        }
+    }
+    while s.running.len() > want {
+        if let Some(mut c) = s.running.pop() {
+            // SIGTERM: the consumer finishes the message in hand and exits 0.
+            if !c.terminate().unwrap_or(false) {
+                s.error = Some(format!("consumer {} did not exit cleanly", c.name));
+            }
+            s.stopped.push(c);
+        }
+    }
+    s.max_running = s.max_running.max(s.running.len());
+    true
+}
+
+fn replicas_of(d: &Deployment) -> Option<i32> {
+    d.spec.as_ref().and_then(|s| s.replicas)
+}
+
+fn condition(pc: &PulsarConsumer, type_: &str) -> Option<(String, String)> {
+    pc.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    })
+}
+
+/// Polls the PulsarConsumer and its Deployment until `check` holds; returns them.
+async fn wait_scaled(
+    ns: &TestNamespace,
+    name: &str,
+    what: &str,
+    check: impl Fn(&PulsarConsumer, &Deployment) -> bool,
+) -> Result<(PulsarConsumer, Deployment)> {
+    let check = &check;
+    poll(what, TIMEOUT, || async {
+        let pc = ns.api::<PulsarConsumer>().get(name).await?;
+        let Some(d) = ns
+            .api::<Deployment>()
+            .get_opt(&format!("{name}-deployment"))
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(check(&pc, &d).then_some((pc, d)))
+    })
+    .await
+}
+
+/// The events about the object with `uid`, with `reason`.
+async fn events(ns: &TestNamespace, uid: &str, reason: &str) -> Result<Vec<Event>> {
+    Ok(ns
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .collect())
+}
+
+fn autoscaled(name: &str, server: &str, topic: &str, subscription: &str, admin_port: u16) -> Value {
+    json!({
+        "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+        "kind": "PulsarConsumer",
+        "metadata": {"name": name},
+        "spec": {
+            "serverAddress": server,
+            "topic": topic,
+            "subscriptionName": subscription,
+            "replicas": 1,
+            "autoscaling": {
+                "minReplicas": 0,
+                "maxReplicas": 3,
+                "targetBacklogPerReplica": 2000,
+                "adminUrl": format!("http://127.0.0.1:{admin_port}"),
+                "pollIntervalSeconds": 1,
+                "behavior": {"scaleDownStabilizationSeconds": WINDOW_SECONDS}
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
+    let (server, _broker) = shared_broker().await?;
+    let upstream = admin_port().await?;
+    let topic = unique_topic("autoscale");
+    let subscription = format!("{topic}-sub");
+
+    // The subscription exists (a consumer subscribes once), then 20,000 messages wait on it
+    // with no consumer running.
+    let mut first = ConsumerProcess::start(&server, &topic, &subscription, "subscribe")?;
+    first.wait_connected(TIMEOUT).await?;
+    ensure!(first.terminate()?, "the subscribing consumer exits 0");
+    ensure!(first.received().is_empty(), "nothing was produced yet");
+    produce(&server, &topic, "auto", BACKLOG).await?;
+
+    let mut proxy = AdminProxy::start(upstream).await?;
+    let ns = TestNamespace::restricted("pulsar-autoscale").await?;
+    let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    let pc: PulsarConsumer = create_from_json(
+        &ns,
+        autoscaled("drain", &server, &topic, &subscription, proxy.port),
+    )
+    .await?;
+    let uid = pc.metadata.uid.clone().unwrap_or_default();
+
+    // The backlog asks for 10 consumers: the maximum, 3, reported as limited.
+    let (pc, _) = wait_scaled(&ns, "drain", "scaled to maxReplicas", |pc, d| {
+        let s = pc.status.clone().unwrap_or_default();
+        replicas_of(d) == Some(3)
+            && s.backlog == Some(BACKLOG as i64)
+            && s.desired_replicas == Some(3)
+            && condition(pc, "ScalingActive").is_some_and(|(s, _)| s == "True")
+            && condition(pc, "ScalingLimited")
+                .is_some_and(|(s, r)| s == "True" && r == "TooManyReplicas")
+    })
+    .await
+    .with_context(|| format!("operator log:\n{}", op.log()))?;
+    let scaled_at = pc.status.and_then(|s| s.last_scale_time);
+
+    // The admin API goes away: ScalingActive=False (one Warning), the replicas stay.
+    proxy.stop();
+    let (_, held) = wait_scaled(&ns, "drain", "ScalingActive=False", |pc, _| {
+        condition(pc, "ScalingActive")
+            .is_some_and(|(s, r)| s == "False" && r == "AdminAPIUnavailable")
+    })
+    .await?;
+    let before = op.reconciles(&[])?;
+    poll(
+        "reconciles while the admin API is away",
+        TIMEOUT,
+        || async { Ok((op.reconciles(&[])? >= before + 2.0).then_some(())) },
+    )
+    .await?;
+    let now = ns.api::<Deployment>().get("drain-deployment").await?;
+    ensure!(
+        replicas_of(&now) == Some(3),
+        "replicas unchanged: {:?}",
+        replicas_of(&now)
+    );
+    ensure!(
+        now.metadata.generation == held.metadata.generation,
+        "the Deployment's spec was not written while the backlog was unknown"
+    );
+    let pc_now = ns.api::<PulsarConsumer>().get("drain").await?;
+    let s = pc_now.status.clone().unwrap_or_default();
+    ensure!(s.desired_replicas == Some(3) && s.last_scale_time == scaled_at);
+    ensure!(
+        s.backlog == Some(BACKLOG as i64),
+        "the last backlog read is kept"
+    );
+    let warnings: Vec<Event> = events(&ns, &uid, "AdminAPIUnavailable")
+        .await?
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .collect();
+    ensure!(warnings.len() == 1, "one Warning: {warnings:#?}");
+    proxy.resume().await?;
+    wait_scaled(&ns, "drain", "ScalingActive=True again", |pc, _| {
+        condition(pc, "ScalingActive").is_some_and(|(s, _)| s == "True")
+    })
+    .await?;
+
+    // Consumers follow the Deployment and drain the backlog.
+    let started = Instant::now();
+    let follower = Follower::start(
+        ns.api(),
+        "drain-deployment".into(),
+        server.clone(),
+        topic.clone(),
+        subscription.clone(),
+    );
+    let (_, _) = wait_scaled(&ns, "drain", "the backlog drained", |pc, _| {
+        pc.status.as_ref().and_then(|s| s.backlog) == Some(0)
+    })
+    .await?;
+    let drained_at = Instant::now();
+    let drain_seconds = drained_at.duration_since(started).as_secs_f64();
+
+    // Drained for the window: down to minReplicas (0), not sooner.
+    wait_scaled(&ns, "drain", "scaled to zero", |pc, d| {
+        replicas_of(d) == Some(0) && pc.status.as_ref().and_then(|s| s.desired_replicas) == Some(0)
+    })
+    .await?;
+    let zero_after = drained_at.elapsed().as_secs_f64();
+    ensure!(
+        zero_after >= (WINDOW_SECONDS as f64) - 2.0,
+        "scaled to zero {zero_after:.1}s after the backlog drained; the window is {WINDOW_SECONDS}s"
+    );
+    poll("the consumers stopped", TIMEOUT, || async {
+        Ok((follower.running() == 0).then_some(()))
+    })
+    .await?;
+
+    // A message waits: at least one consumer at once, which drains it; then zero again.
+    produce(&server, &topic, "again", LATER).await?;
+    let woke = Instant::now();
+    wait_scaled(&ns, "drain", "scaled up from zero", |_, d| {
+        replicas_of(d).is_some_and(|r| r >= 1)
+    })
+    .await?;
+    let wake_seconds = woke.elapsed().as_secs_f64();
+    wait_scaled(&ns, "drain", "drained and back to zero", |pc, d| {
+        replicas_of(d) == Some(0) && pc.status.as_ref().and_then(|s| s.backlog) == Some(0)
+    })
+    .await?;
+
+    // Every message was received exactly once.
+    let (logs, max_running) = follower.finish()?;
+    ensure!(
+        max_running == 3,
+        "at most maxReplicas consumers ran: {max_running}"
+    );
+    let counts = payload_counts(logs.iter().map(Vec::as_slice));
+    let mut expected = expected_payloads("auto", BACKLOG);
+    expected.extend(expected_payloads("again", LATER));
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|p| !counts.contains_key(*p))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{} messages never received, e.g. {:?}",
+        missing.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    let twice: Vec<(&String, &usize)> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    ensure!(
+        twice.is_empty(),
+        "{} messages received more than once, e.g. {:?}",
+        twice.len(),
+        twice.iter().take(5).collect::<Vec<_>>()
+    );
+    ensure!(
+        counts.len() == expected.len(),
+        "{} distinct payloads received, {} produced",
+        counts.len(),
+        expected.len()
+    );
+
+    // A Scaled event per change: 1 -> 3 at the first read, down to 0 (maybe through
+    // 2 or 1 as the backlog fell), 0 -> 1 (or more) for the later messages.
+    let scaled = events(&ns, &uid, "Scaled").await?;
+    let notes: BTreeSet<String> = scaled.iter().filter_map(|e| e.note.clone()).collect();
+    ensure!(
+        notes.iter().any(|n| n.contains("from 1 to 3"))
+            && notes.iter().any(|n| n.contains(" to 0:"))
+            && notes.iter().any(|n| n.contains("from 0 to ")),
+        "Scaled events: {notes:#?}"
+    );
+    println!(
+        "autoscale: drained {BACKLOG} messages with up to {max_running} consumers in {drain_seconds:.1}s; \
+         scaled to zero {zero_after:.1}s after the drain (window {WINDOW_SECONDS}s); \
+         a new message brought a consumer back in {wake_seconds:.1}s"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn pulsar_autoscaling_invalid_settings_are_rejected_naming_the_field() -> Result<()> {
+    let ns = TestNamespace::new("pulsar-autoscale-invalid").await?;
+    e2e::operator::install(OPERATOR)?;
+    let api = dynamic_api(
+        &ns,
+        "pulsar.pulsarconsumer.krvarma.com",
+        "v1",
+        "PulsarConsumer",
+        "pulsarconsumers",
+    );
+    let good = json!({"maxReplicas": 3, "targetBacklogPerReplica": 100});
+    let with = |field: &str, value: Value| {
+        let mut a = good.clone();
+        a[field] = value;
+        a
+    };
+    let cases = [
+        (
+            with("minReplicas", json!(4)),
+            "spec.autoscaling.minReplicas",
+        ),
+        (
+            with("minReplicas", json!(-1)),
+            "spec.autoscaling.minReplicas",
+        ),
+        (
+            with("maxReplicas", json!(0)),
+            "spec.autoscaling.maxReplicas",
+        ),
+        (
+            with("maxReplicas", json!(1001)),
+            "spec.autoscaling.maxReplicas",
+        ),
+        (
+            json!({"targetBacklogPerReplica": 100}),
+            "spec.autoscaling.maxReplicas",
+        ),
+        (
+            with("targetBacklogPerReplica", json!(0)),
+            "spec.autoscaling.targetBacklogPerReplica",
+        ),
+        (
+            json!({"maxReplicas": 3}),
+            "spec.autoscaling.targetBacklogPerReplica",
+        ),
+        (
+            with("adminUrl", json!("ftp://x:1")),
+            "spec.autoscaling.adminUrl",
+        ),
+        (
+            with("adminUrl", json!("http://x")),
+            "spec.autoscaling.adminUrl",
+        ),
+        (
+            with("adminUrl", json!("http://x:8080/admin")),
+            "spec.autoscaling.adminUrl",
+        ),
+        (
+            with("pollIntervalSeconds", json!(0)),
+            "spec.autoscaling.pollIntervalSeconds",
+        ),
+        (
+            with("behavior", json!({"scaleDownStabilizationSeconds": -1})),
+            "spec.autoscaling.behavior.scaleDownStabilizationSeconds",
+        ),
+        (
+            with("behavior", json!({"scaleUp": {"maxStep": 0}})),
+            "spec.autoscaling.behavior.scaleUp.maxStep",
+        ),
+        (
+            with("behavior", json!({"scaleDown": {"periodSeconds": 15}})),
+            "spec.autoscaling.behavior.scaleDown.maxStep",
+        ),
+    ];
+    for (i, (autoscaling, field)) in cases.into_iter().enumerate() {
+        let manifest = json!({
+            "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+            "kind": "PulsarConsumer",
+            "metadata": {"name": format!("bad-{i}")},
+            "spec": {
+                "serverAddress": "pulsar://localhost:6650",
+                "topic": "t",
+                "subscriptionName": "s",
+                "replicas": 1,
+                "autoscaling": autoscaling,
+            }
+        });
+        e2e::assert_create_rejected(&api, manifest, field).await?;
+    }
+    ensure!(api.list(&ListParams::default()).await?.items.is_empty());
+
+    // The boundaries are accepted, with the defaults filled in.
+    let ok: PulsarConsumer = create_from_json(
+        &ns,
+        json!({
+            "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+            "kind": "PulsarConsumer",
+            "metadata": {"name": "edge"},
+            "spec": {
+                "serverAddress": "pulsar://localhost:6650",
+                "topic": "t",
+                "subscriptionName": "s",
+                "replicas": 1,
+                "autoscaling": {"minReplicas": 0, "maxReplicas": 1, "targetBacklogPerReplica": 1},
+            }
+        }),
+    )
+    .await?;
+    let a = ok.spec.autoscaling.context("autoscaling kept")?;
+    ensure!(a.min_replicas == 0 && a.poll_interval_seconds == 15 && a.admin_url.is_none());
+    Ok(())
+}
