@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use crate::{
-    backoff::ErrorBackoff,
+    backoff::{Debounce, ErrorBackoff, Gate},
     cli::RunArgs,
     error::{Error, ReconcileError},
     events::Events,
@@ -58,6 +58,9 @@ impl Debug for Toolkit {
             .finish_non_exhaustive()
     }
 }
+
+/// The longest `--reconcile-debounce` postpones an object that keeps getting triggers.
+pub const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 type ShutdownSignal = Shared<futures::future::BoxFuture<'static, ()>>;
 
@@ -148,6 +151,15 @@ impl Operator {
         };
         let ctx = Arc::new(make_context(toolkit));
         let backoff = Arc::new(ErrorBackoff::default());
+        // `--reconcile-debounce` is applied here, not by kube's `Config::debounce`: kube's
+        // is a plain trailing debounce (every trigger pushes the object's deadline back by
+        // the debounce again), so a child event every 200 ms with a 500 ms debounce would
+        // postpone the reconcile for as long as the events keep coming. kube runs with no
+        // debounce instead, and the reconcile wrapper below asks [`Debounce`] first: a
+        // deferred trigger returns a requeue after the remaining quiet time (kube keeps one
+        // pending time per object, so the latest trigger wins), and an object waits at most
+        // MAX_DEBOUNCE_WAIT after its first deferred trigger.
+        let debounce = Arc::new(Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT));
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
 
         let controller_name = self.controller;
@@ -156,9 +168,9 @@ impl Operator {
         // reconcile that sees the children's cache still empty would, after a restart,
         // create children that already exist.
         let (all_synced_tx, all_synced) = tokio::sync::watch::channel(false);
-        let (m, b) = (metrics.clone(), backoff.clone());
+        let (m, b, d) = (metrics.clone(), backoff.clone(), debounce.clone());
         let wrapped = move |obj: Arc<K>, ctx: Arc<Ctx>| {
-            let (metrics, backoff) = (m.clone(), b.clone());
+            let (metrics, backoff, debounce) = (m.clone(), b.clone(), d.clone());
             let mut synced = all_synced.clone();
             let key = object_key(obj.as_ref());
             let span =
@@ -168,6 +180,9 @@ impl Operator {
                 // An error means the runner is shutting down; the reconcile then runs on
                 // whatever the caches hold, as before.
                 let _ = synced.wait_for(|done| *done).await;
+                if let Gate::Wait(wait) = debounce.check(&key, Instant::now()) {
+                    return Ok(Action::requeue(wait));
+                }
                 let _worker = queued.start();
                 let start = Instant::now();
                 let result = reconcile(obj, ctx).await;
@@ -184,6 +199,8 @@ impl Operator {
             }
             .instrument(span)
         };
+        // For objects found deleted (see `ObjectNotFound` below).
+        let (gone_backoff, gone_debounce) = (backoff.clone(), debounce.clone());
         let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Ctx>| {
             let key = object_key(obj.as_ref());
             let wait = backoff.failed(&key);
@@ -199,18 +216,16 @@ impl Operator {
                 .with_config(
                     controller::Config::default()
                         .concurrency(args.max_concurrent_reconciles)
-                        .debounce(args.reconcile_debounce),
+                        // See `debounce` above.
+                        .debounce(std::time::Duration::ZERO),
                 )
                 .graceful_shutdown_on(shutdown.clone())
                 .run(wrapped.clone(), error_policy.clone(), ctx.clone())
-                .for_each(move |res| async move {
-                    match res {
-                        Ok(_) => {}
-                        Err(controller::Error::ObjectNotFound(obj)) => {
-                            tracing::debug!(controller = controller_name, object = %obj, "object gone before reconcile");
-                        }
-                        Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
-                        Err(error) => tracing::warn!(controller = controller_name, %error, "controller error"),
+                .for_each({
+                    let (backoff, debounce) = (gone_backoff.clone(), gone_debounce.clone());
+                    move |res| {
+                        on_controller_result(controller_name, res, &backoff, &debounce);
+                        std::future::ready(())
                     }
                 });
             synced.push(scope.synced());
@@ -259,6 +274,34 @@ pub fn crd_yaml<K: CustomResourceExt>() -> Result<String, Error> {
         what: "CRD".to_owned(),
         source: serde::ser::Error::custom(e),
     })
+}
+
+/// Logs what a controller stream reports; an object found deleted (a retry or a deferred
+/// trigger came after it was gone) is dropped from the backoff and the debounce.
+fn on_controller_result<K: Resource, E: ReconcileError>(
+    controller: &str,
+    result: Result<
+        (kube::runtime::reflector::ObjectRef<K>, Action),
+        controller::Error<E, kube::runtime::watcher::Error>,
+    >,
+    backoff: &ErrorBackoff,
+    debounce: &Debounce,
+) {
+    match result {
+        Ok(_) => {}
+        Err(controller::Error::ObjectNotFound(obj)) => {
+            let key = format!(
+                "{}/{}",
+                obj.namespace.as_deref().unwrap_or_default(),
+                obj.name
+            );
+            backoff.forget(&key);
+            debounce.forget(&key);
+            tracing::debug!(controller, object = %obj, "object gone before reconcile");
+        }
+        Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
+        Err(error) => tracing::warn!(controller, %error, "controller error"),
+    }
 }
 
 /// `namespace/name` of an object.

@@ -68,11 +68,37 @@ impl Expectations {
         }
     }
 
+    /// Drops entries whose last write is more than twice the timeout old: a live PodSet
+    /// with such an entry was requeued at the timeout and cleared it, so these belong to
+    /// PodSets deleted without their deletion being seen (e.g. during a watch gap).
+    fn sweep(p: &mut HashMap<String, Pending>, keep: &str, now: Instant, timeout: Duration) {
+        let stale_after = timeout.saturating_mul(2);
+        p.retain(|uid, e| {
+            uid == keep
+                || e.since
+                    .is_none_or(|s| now.saturating_duration_since(s) <= stale_after)
+        });
+    }
+
+    /// How many PodSets have writes in flight.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.with(|p| p.len())
+    }
+
+    /// Whether no PodSet has writes in flight.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Records that pod `name` was created for PodSet `uid`. `cached` is how the cache shows
     /// it *now* (checked under the same lock as [`Expectations::observe`], so a watch event
     /// that raced ahead of this call is not missed).
     pub fn created(&self, uid: &str, name: &str, cached: impl Fn(&str) -> Cached, now: Instant) {
+        let timeout = self.timeout;
         self.with(|p| {
+            Self::sweep(p, uid, now, timeout);
             if cached(name) != Cached::Absent {
                 return;
             }
@@ -84,7 +110,9 @@ impl Expectations {
 
     /// Records that pod `name` of PodSet `uid` is about to be deleted.
     pub fn deleting(&self, uid: &str, name: &str, now: Instant) {
+        let timeout = self.timeout;
         self.with(|p| {
+            Self::sweep(p, uid, now, timeout);
             let e = p.entry(uid.to_owned()).or_default();
             e.deletes.insert(name.to_owned());
             e.since = Some(now);
@@ -140,7 +168,7 @@ impl Expectations {
         })
     }
 
-    /// Drops everything about PodSet `uid` (it is being deleted).
+    /// Drops everything about PodSet `uid` (it is being deleted, or is gone).
     pub fn forget(&self, uid: &str) {
         self.with(|p| {
             p.remove(uid);
@@ -225,5 +253,25 @@ mod tests {
         e.created("u", "p-2", absent, t0);
         e.forget("u");
         assert!(e.satisfied("u", absent, t0));
+    }
+
+    #[test]
+    fn deleted_podsets_do_not_leak() {
+        let e = Expectations::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        e.created("deleted", "p-1", absent, t0);
+        e.deleting("unseen", "q-1", t0);
+        e.created("live", "r-1", absent, t0);
+        assert_eq!(e.len(), 3);
+        // A deletion the watch showed: forgotten at once.
+        e.forget("deleted");
+        assert_eq!(e.len(), 2);
+        // A deletion nobody saw: swept by the next write once twice the timeout passed.
+        e.created("live", "r-2", absent, t0 + Duration::from_secs(20));
+        assert_eq!(e.len(), 2, "swept too early");
+        e.created("other", "s-1", absent, t0 + Duration::from_secs(21));
+        assert_eq!(e.len(), 2, "unseen was not swept");
+        assert!(!e.satisfied("live", absent, t0 + Duration::from_secs(21)));
+        assert!(!e.satisfied("other", absent, t0 + Duration::from_secs(21)));
     }
 }

@@ -10,7 +10,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
-    runtime::{Controller, controller::Action, watcher},
+    runtime::{
+        Controller,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use shared::{
     Scope, Toolkit,
@@ -99,9 +104,27 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
             );
         }
     });
-    scope
-        .controller::<PodSet>(watcher::Config::default())
-        .owns_stream(pod_events)
+    // A PodSet deleted while its pod writes were in flight would keep its expectations
+    // forever: forget them when the watch shows it gone.
+    let (podsets, podset_events) = scope.reflect::<PodSet>(watcher::Config::default());
+    let (store, expectations) = (podsets.clone(), ctx.expectations.clone());
+    let podset_events = podset_events.inspect(move |event| {
+        if let Ok(ps) = event {
+            forget_if_deleted(&expectations, &store, ps);
+        }
+    });
+    Controller::for_stream(podset_events, podsets).owns_stream(pod_events)
+}
+
+/// Drops the expectations of `ps` when the store no longer holds it (the reflector applies
+/// an event before passing it on, so a deleted PodSet is already gone from the store) or
+/// holds a newer PodSet of the same name.
+fn forget_if_deleted(expectations: &Expectations, store: &Store<PodSet>, ps: &PodSet) {
+    let Some(uid) = ps.uid() else { return };
+    let stored = store.get(&ObjectRef::from_obj(ps));
+    if stored.is_none_or(|s| s.uid().as_deref() != Some(uid.as_str())) {
+        expectations.forget(&uid);
+    }
 }
 
 /// Brings the pods of one PodSet to `spec.replicas` and records what it saw in the status.
@@ -278,4 +301,53 @@ async fn repair_labels(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use kube::runtime::reflector;
+
+    fn podset(uid: &str) -> PodSet {
+        let mut ps = PodSet::new(
+            "ps",
+            crate::api::PodSetSpec {
+                replicas: 1,
+                image: None,
+            },
+        );
+        ps.metadata.namespace = Some("ns".into());
+        ps.metadata.uid = Some(uid.into());
+        ps
+    }
+
+    #[test]
+    fn deleted_podset_expectations_are_forgotten() {
+        let (store, mut writer) = reflector::store::<PodSet>();
+        let expectations = Expectations::default();
+        let now = Instant::now();
+        let old = podset("u1");
+        writer.apply_watcher_event(&watcher::Event::Apply(old.clone()));
+        expectations.created("u1", "ps-pod-a", |_| Cached::Absent, now);
+
+        // Still stored: kept.
+        forget_if_deleted(&expectations, &store, &old);
+        assert_eq!(expectations.len(), 1);
+
+        // Deleted: the store no longer holds it by the time the event is seen.
+        writer.apply_watcher_event(&watcher::Event::Delete(old.clone()));
+        forget_if_deleted(&expectations, &store, &old);
+        assert!(expectations.is_empty());
+
+        // Replaced by a namesake (new UID): the old one's expectations go, the new one's stay.
+        expectations.created("u1", "ps-pod-a", |_| Cached::Absent, now);
+        expectations.created("u2", "ps-pod-b", |_| Cached::Absent, now);
+        let new = podset("u2");
+        writer.apply_watcher_event(&watcher::Event::Apply(new.clone()));
+        forget_if_deleted(&expectations, &store, &old);
+        forget_if_deleted(&expectations, &store, &new);
+        assert_eq!(expectations.len(), 1);
+        assert!(!expectations.satisfied("u2", |_| Cached::Absent, now));
+    }
 }
