@@ -53,8 +53,11 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
             ("lolcows.my.domain", &["list", "watch"]),
             ("lolcows.my.domain/status", &["patch"]),
             ("lolcows.my.domain/finalizers", &["update"]),
-            ("deployments.apps", &["list", "watch", "create", "patch"]),
-            ("services", &["list", "watch", "create", "patch"]),
+            (
+                "deployments.apps",
+                &["get", "list", "watch", "create", "patch"],
+            ),
+            ("services", &["get", "list", "watch", "create", "patch"]),
             ("events.events.k8s.io", &["create", "patch"]),
         ],
         "pulsar-consumer-operator" => &[
@@ -70,7 +73,10 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
                 "pulsarconsumers.pulsar.pulsarconsumer.krvarma.com/finalizers",
                 &["update"],
             ),
-            ("deployments.apps", &["list", "watch", "create", "patch"]),
+            (
+                "deployments.apps",
+                &["get", "list", "watch", "create", "patch"],
+            ),
             ("events.events.k8s.io", &["create", "patch"]),
         ],
         _ => &[],
