@@ -77,7 +77,8 @@ pub struct Context {
     pub conflicts: ErrorBackoff,
     /// The backlog pollers of the autoscaled PulsarConsumers.
     pub pollers: Pollers,
-    /// What the autoscaler remembers per PulsarConsumer (`namespace/name`).
+    /// What the autoscaler remembers per PulsarConsumer (by UID: a PulsarConsumer deleted
+    /// and created again under the same name starts afresh).
     pub histories: Mutex<HashMap<String, History>>,
 }
 
@@ -98,10 +99,10 @@ impl Context {
     }
 
     /// Stops autoscaling `pc`: its poller and what the autoscaler remembered.
-    fn forget(&self, pc: &PulsarConsumer, key: &str) {
+    fn forget(&self, pc: &PulsarConsumer) {
         self.pollers.stop(pc);
         if let Ok(mut h) = self.histories.lock() {
-            h.remove(key);
+            h.remove(&history_key(pc));
         }
     }
 }
@@ -136,7 +137,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let key = format!("{ns}/{}", pc.name_any());
     if pc.metadata.deletion_timestamp.is_some() {
         // Garbage collection removes the Deployment through its owner reference.
-        ctx.forget(&pc, &key);
+        ctx.forget(&pc);
         return Ok(Action::await_change());
     }
     let client = ctx.toolkit.client.clone();
@@ -157,7 +158,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         // Someone else's Deployment has the name: never written, reported.
         Claim::Conflict(conflict) => {
             tracing::debug!(%conflict, "deployment name taken");
-            ctx.forget(&pc, &key);
+            ctx.forget(&pc);
             (None, Some(Problem::name_conflict(&conflict)))
         }
         // The Deployment of a deleted PulsarConsumer of the same name: garbage collection
@@ -167,7 +168,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             (None, None)
         }
         Claim::Free => {
-            scaling = autoscale(&pc, &ctx, &key, None, now);
+            scaling = autoscale(&pc, &ctx, None, now);
             replicas = scaling
                 .as_ref()
                 .map_or(replicas, |(s, _)| s.decision.replicas);
@@ -175,7 +176,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             write(&api, manager, &want, None).await?
         }
         Claim::Ours(existing) => {
-            scaling = autoscale(&pc, &ctx, &key, Some(&existing), now);
+            scaling = autoscale(&pc, &ctx, Some(&existing), now);
             replicas = scaling
                 .as_ref()
                 .map_or(replicas, |(s, _)| s.decision.replicas);
@@ -281,12 +282,11 @@ fn poll_settings(pc: &PulsarConsumer, a: &Autoscaling) -> Result<poll::Settings,
 fn autoscale(
     pc: &PulsarConsumer,
     ctx: &Context,
-    key: &str,
     deployment: Option<&Deployment>,
     now: jiff::Timestamp,
 ) -> Option<(desired::Scaling, i32)> {
     let Some(spec) = pc.spec.autoscaling.as_ref() else {
-        ctx.forget(pc, key);
+        ctx.forget(pc);
         return None;
     };
     let policy = Policy::from_spec(spec);
@@ -294,7 +294,7 @@ fn autoscale(
         Ok(settings) => ctx.pollers.ensure(pc, settings),
         Err(message) => {
             ctx.pollers.stop(pc);
-            return Some(no_reading(pc, ctx, key, &policy, deployment, now, message));
+            return Some(no_reading(pc, ctx, &policy, deployment, now, message));
         }
     };
     let reading = observation.as_ref().and_then(|o| {
@@ -306,7 +306,7 @@ fn autoscale(
     let Ok(mut histories) = ctx.histories.lock() else {
         return None;
     };
-    let history = histories.entry(key.to_owned()).or_default();
+    let history = histories.entry(history_key(pc)).or_default();
     let current = current_replicas(pc, history, &policy, deployment);
     let decision = autoscale::decide(&policy, history, current, reading, now.as_second());
     history.replicas = Some(decision.replicas);
@@ -324,7 +324,6 @@ fn autoscale(
 fn no_reading(
     pc: &PulsarConsumer,
     ctx: &Context,
-    key: &str,
     policy: &Policy,
     deployment: Option<&Deployment>,
     now: jiff::Timestamp,
@@ -334,7 +333,7 @@ fn no_reading(
     let mut histories = ctx.histories.lock().ok();
     let history = histories
         .as_mut()
-        .map_or(&mut fallback, |h| h.entry(key.to_owned()).or_default());
+        .map_or(&mut fallback, |h| h.entry(history_key(pc)).or_default());
     let current = current_replicas(pc, history, policy, deployment);
     let decision = autoscale::decide(policy, history, current, None, now.as_second());
     history.replicas = Some(decision.replicas);
@@ -346,6 +345,11 @@ fn no_reading(
         },
         current,
     )
+}
+
+/// The key of `pc`'s autoscaler history: its UID.
+fn history_key(pc: &PulsarConsumer) -> String {
+    pc.uid().unwrap_or_else(|| pc.name_any())
 }
 
 /// The count the autoscaler starts from: its own last decision in this process, else the
