@@ -184,18 +184,14 @@ impl Operator {
                     return Ok(Action::requeue(wait));
                 }
                 let _worker = queued.start();
-                let start = Instant::now();
-                let result = reconcile(obj, ctx).await;
-                let result_label = match &result {
-                    Ok(action) if *action == Action::await_change() => ReconcileResult::Success,
-                    Ok(_) => ReconcileResult::RequeueAfter,
-                    Err(_) => ReconcileResult::Error,
-                };
-                if result.is_ok() {
-                    backoff.succeeded(&key);
-                }
-                metrics.reconciled(controller_name, result_label, start.elapsed().as_secs_f64());
-                result
+                guarded_reconcile(
+                    controller_name,
+                    &key,
+                    &metrics,
+                    &backoff,
+                    reconcile(obj, ctx),
+                )
+                .await
             }
             .instrument(span)
         };
@@ -274,6 +270,51 @@ pub fn crd_yaml<K: CustomResourceExt>() -> Result<String, Error> {
         what: "CRD".to_owned(),
         source: serde::ser::Error::custom(e),
     })
+}
+
+/// Runs one reconcile with its metrics, resetting the object's backoff on success.
+///
+/// A panic in the reconcile does not take the process down (controller-runtime recovers
+/// them too): it is caught, logged, counted in `controller_runtime_reconcile_panics_total`
+/// and as an error, and the object is retried with backoff. The objects a panicking
+/// reconcile shares with others are only the context's caches and locks, which tolerate
+/// it (poisoned locks are recovered), hence the `AssertUnwindSafe`. This needs
+/// `panic = "unwind"` (the workspace's release profile).
+pub(crate) async fn guarded_reconcile<E>(
+    controller: &'static str,
+    key: &str,
+    metrics: &Metrics,
+    backoff: &ErrorBackoff,
+    reconcile: impl Future<Output = Result<Action, E>>,
+) -> Result<Action, E> {
+    let start = Instant::now();
+    let outcome = std::panic::AssertUnwindSafe(reconcile).catch_unwind().await;
+    let seconds = start.elapsed().as_secs_f64();
+    let result = match outcome {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_owned());
+            metrics.reconcile_panicked(controller);
+            metrics.reconciled(controller, ReconcileResult::Error, seconds);
+            let wait = backoff.failed(key);
+            tracing::error!(controller, object = %key, panic = %message, retry_in = ?wait, "reconcile panicked; recovered");
+            return Ok(Action::requeue(wait));
+        }
+    };
+    let result_label = match &result {
+        Ok(action) if *action == Action::await_change() => ReconcileResult::Success,
+        Ok(_) => ReconcileResult::RequeueAfter,
+        Err(_) => ReconcileResult::Error,
+    };
+    if result.is_ok() {
+        backoff.succeeded(key);
+    }
+    metrics.reconciled(controller, result_label, seconds);
+    result
 }
 
 /// Logs what a controller stream reports; an object found deleted (a retry or a deferred
@@ -373,4 +414,64 @@ fn shutdown_on_signal() -> ShutdownSignal {
         let _ = tx.send(());
     });
     rx.map(|_| ()).boxed().shared()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed")]
+    struct Failed;
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_recovered_counted_and_retried() {
+        let metrics = Metrics::new();
+        metrics.controller_started("test", 1);
+        let backoff = ErrorBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        let panicking = async {
+            if backoff.is_empty() {
+                panic!("boom");
+            }
+            Ok::<_, Failed>(Action::await_change())
+        };
+        let action = guarded_reconcile("test", "ns/a", &metrics, &backoff, panicking)
+            .await
+            .unwrap();
+        // Requeued with backoff; a second panic waits longer.
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let again = guarded_reconcile("test", "ns/a", &metrics, &backoff, async {
+            panic!("{}", String::from("boom again"))
+        });
+        let action: Result<Action, Failed> = again.await;
+        assert_eq!(action.unwrap(), Action::requeue(Duration::from_secs(2)));
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"controller_runtime_reconcile_panics_total{controller="test"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"controller_runtime_reconcile_errors_total{controller="test"} 2"#),
+            "{text}"
+        );
+        // The process (this test) carries on, and the object reconciles normally again.
+        let ok = guarded_reconcile("test", "ns/a", &metrics, &backoff, async {
+            Ok::<_, Failed>(Action::await_change())
+        });
+        assert_eq!(ok.await.unwrap(), Action::await_change());
+        assert!(backoff.is_empty());
+        // Ordinary errors are returned for the error policy, not swallowed.
+        let err = guarded_reconcile("test", "ns/b", &metrics, &backoff, async {
+            Err::<Action, _>(Failed)
+        });
+        assert!(err.await.is_err());
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"controller_runtime_reconcile_panics_total{controller="test"} 2"#)
+        );
+    }
 }
