@@ -1,15 +1,18 @@
 //! `cargo xtask demo`: one command that shows all four operators at work.
 //!
 //! With nothing configured it uses the embedded local cluster (starting it,
-//! and building it the first time), installs every operator's `deploy/` tree
-//! (CRD, RBAC, ...), runs the four operators as local processes with their own
-//! ServiceAccounts' tokens (pods on the local cluster are simulated, so the
-//! operators' own Deployments cannot really run there), applies the samples,
-//! waits until all are Ready, shows them, and serves the lolcow page on
-//! localhost until Ctrl-C, when it stops everything it started.
+//! and building it the first time) and its real node: it starts the Pulsar
+//! broker, deploys the four operators from their images (`cargo xtask
+//! deploy`, which also builds and pushes the lolcow and consumer images),
+//! applies the samples (the PulsarConsumer's pointed at the local broker),
+//! waits until all are Ready, shows them, and leaves the lolcow page served
+//! by its pod on its NodePort until Ctrl-C. Then it deletes the samples while
+//! the operators still run (so finalizers are honoured and the `demo`
+//! namespace really goes), undeploys the operators and stops what it started.
 //!
-//! With a real cluster in KUBECONFIG it deploys the operators for real
-//! (`cargo xtask deploy`) instead.
+//! Without a real node (not root) the operators run as local processes with
+//! their ServiceAccounts' tokens and the page is served by a local lolcow-web.
+//! With a real cluster in KUBECONFIG it deploys the operators there.
 
 use crate::cluster;
 use crate::cmd;
@@ -102,7 +105,13 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     result
 }
 
+/// Where pods reach the local Pulsar broker (see `cluster::node`).
+const LOCAL_BROKER: &str = "pulsar://pulsar-broker.pulsar.svc:6650";
+
 fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
+    if cluster::node::supported() {
+        return run_with_images(args, kubeconfig);
+    }
     println!("demo: building the operators and the lolcow web app");
     cmd::run(
         Command::new(env!("CARGO"))
@@ -221,14 +230,163 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         }
         println!("demo: stopping");
     }
+    // The samples go while their operators run (Memcached's finalizer).
+    delete_samples(kubeconfig)?;
     drop(processes);
-    let _ = cmd::output(kubectl(Some(kubeconfig))?.args([
+    Ok(())
+}
+
+/// Creates the `demo` namespace, waiting first for one that a previous run
+/// is still deleting.
+fn fresh_namespace(kubeconfig: &Path) -> Result<()> {
+    let gone = cmd::wait_until(Duration::from_secs(120), || {
+        kubectl(Some(kubeconfig)).is_ok_and(|mut c| {
+            cmd::output(c.args([
+                "get",
+                "namespace",
+                NAMESPACE,
+                "-o",
+                "jsonpath={.status.phase}",
+            ]))
+            .map_or(true, |phase| phase.trim() != "Terminating")
+        })
+    });
+    if !gone {
+        bail!(
+            "the namespace {NAMESPACE} is stuck Terminating (`kubectl get all -n {NAMESPACE}` \
+             shows what is left)"
+        );
+    }
+    let exists = cmd::succeeds(kubectl(Some(kubeconfig))?.args(["get", "namespace", NAMESPACE]));
+    if !exists {
+        cmd::output(kubectl(Some(kubeconfig))?.args(["create", "namespace", NAMESPACE]))?;
+    }
+    Ok(())
+}
+
+/// Deletes the samples and waits for their finalizers, then the namespace.
+fn delete_samples(kubeconfig: &Path) -> Result<()> {
+    println!(
+        "demo: deleting the samples (their operators still run) and the {NAMESPACE} namespace"
+    );
+    cmd::output(kubectl(Some(kubeconfig))?.args([
+        "delete",
+        "podsets,memcacheds,lolcows,pulsarconsumers",
+        "--all",
+        "-n",
+        NAMESPACE,
+        "--wait=true",
+        "--timeout=120s",
+    ]))?;
+    cmd::output(kubectl(Some(kubeconfig))?.args([
         "delete",
         "namespace",
         NAMESPACE,
-        "--wait=false",
-    ]));
+        "--wait=true",
+        "--timeout=120s",
+    ]))?;
     Ok(())
+}
+
+/// The demo on the local cluster's real node: every operator and workload
+/// from its image.
+fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+    }
+    let pulsar_was_running = crate::pulsar::is_running();
+    println!("demo: starting the Pulsar broker (cargo xtask pulsar up)");
+    crate::pulsar::up(&crate::pulsar::PulsarOptions::default())?;
+    deploy::use_kubeconfig(kubeconfig);
+    let result = (|| -> Result<()> {
+        for op in OPERATORS {
+            println!("demo: deploying {op} from its image (cargo xtask deploy {op})");
+            deploy::deploy(&deploy::DeployArgs {
+                operator: op.to_owned(),
+                image: None,
+                registry: Some(cluster::node::REGISTRY.to_owned()),
+                namespaced: None,
+                tag: None,
+            })?;
+        }
+        fresh_namespace(kubeconfig)?;
+        apply_samples(Some(kubeconfig))?;
+        cmd::output(kubectl(Some(kubeconfig))?.args([
+            "patch",
+            "pulsarconsumers",
+            "pulsarconsumer-sample-1",
+            "-n",
+            NAMESPACE,
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"serverAddress":"{LOCAL_BROKER}"}}}}"#),
+        ]))?;
+        println!("demo: the PulsarConsumer sample consumes from the local broker ({LOCAL_BROKER})");
+        wait_ready(Some(kubeconfig))?;
+        print!(
+            "{}",
+            cmd::output(kubectl(Some(kubeconfig))?.args([
+                "get",
+                "podsets,memcacheds,lolcows,pulsarconsumers",
+                "-n",
+                NAMESPACE,
+            ]))?
+        );
+        print!(
+            "{}",
+            cmd::output(kubectl(Some(kubeconfig))?.args([
+                "get",
+                "pods",
+                "-A",
+                "-o",
+                "wide",
+                "--field-selector",
+                "spec.nodeName=real-node"
+            ]))?
+        );
+        let port = cmd::output(kubectl(Some(kubeconfig))?.args([
+            "get",
+            "lolcows",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.items[0].status.port}",
+        ]))?;
+        let url = format!("http://127.0.0.1:{}/", port.trim());
+        let served = cmd::wait_until(Duration::from_secs(60), || {
+            cmd::succeeds(Command::new("curl").args(["-sf", "-o", "/dev/null", &url]))
+        });
+        if !served {
+            bail!("the lolcow page is not served at {url}");
+        }
+        println!(
+            "demo: the lolcow page is served by its pod at {url} (the NodePort, through kube-proxy)"
+        );
+        if args.exit_when_ready {
+            println!("demo: everything is Ready");
+        } else {
+            println!("demo: press Ctrl-C to stop");
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            println!("demo: stopping");
+        }
+        Ok(())
+    })();
+    // Samples first (their operators remove the finalizers), then the operators.
+    let cleanup = delete_samples(kubeconfig).and_then(|()| {
+        for op in OPERATORS {
+            deploy::undeploy(op)?;
+        }
+        Ok(())
+    });
+    if !pulsar_was_running {
+        crate::pulsar::down()?;
+    }
+    result.and(cleanup)
 }
 
 /// A kubeconfig authenticating as `<op>` in `<op>-system`, so the demo runs
@@ -271,7 +429,7 @@ fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
         "--all",
         "-n",
         NAMESPACE,
-        "--timeout=180s",
+        "--timeout=300s",
     ]))?;
     Ok(())
 }

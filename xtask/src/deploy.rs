@@ -63,6 +63,15 @@ fn check_operator(operator: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A kubeconfig every later `deploy`/`undeploy` of this process uses.
+static KUBECONFIG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Makes `deploy` and `undeploy` use `path` (the demo's local cluster)
+/// whatever KUBECONFIG says.
+pub fn use_kubeconfig(path: &Path) {
+    let _ = KUBECONFIG.set(path.to_path_buf());
+}
+
 /// The cluster's own kubectl when it was built, else `kubectl` on PATH; with
 /// no kubeconfig anywhere, the local cluster's.
 fn kubectl() -> Command {
@@ -71,6 +80,10 @@ fn kubectl() -> Command {
         .filter(|p| cmd::is_executable(p))
         .unwrap_or_else(|| "kubectl".into());
     let mut c = Command::new(program);
+    if let Some(path) = KUBECONFIG.get() {
+        c.env("KUBECONFIG", path);
+        return c;
+    }
     let has_env = std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty());
     let default = std::env::var_os("HOME").map(|h| Path::new(&h).join(".kube/config"));
     if !has_env && !default.is_some_and(|d| d.exists()) {
@@ -475,6 +488,19 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
             tag: args.tag.clone(),
         };
         args = &args_local;
+    }
+    if args.registry.as_deref() == Some(cluster::node::REGISTRY) {
+        // The end-to-end tests may have sent this namespace's pods to the
+        // simulated nodes: this deployment runs for real.
+        let system = format!("{operator}-system");
+        if cmd::succeeds(kubectl().args(["get", "namespace", &system])) {
+            let mut annotate = kubectl();
+            annotate.args(["annotate", "namespace", &system, "--overwrite"]);
+            for (key, _) in xtask::simulated::NAMESPACE_ANNOTATIONS {
+                annotate.arg(format!("{key}-"));
+            }
+            cmd::output(&mut annotate)?;
+        }
     }
     let image = provide_image(operator, args)?;
     let workload = match &args.registry {

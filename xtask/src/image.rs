@@ -163,12 +163,17 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     println!("image: building {name} (release, static, {triple})");
     // With an explicit --target, RUSTFLAGS reach only the target's code, not
     // build scripts or proc-macros (which must stay dynamic).
-    cmd::run(
-        Command::new(env!("CARGO"))
-            .current_dir(paths::repo_root())
-            .env("RUSTFLAGS", "-C target-feature=+crt-static")
-            .args(["build", "--release", "--target", &triple, "-p", name]),
-    )?;
+    // Every image binary in one build: their dependencies are compiled once,
+    // with one set of features, and the next image's build is a no-op.
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .current_dir(paths::repo_root())
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .args(["build", "--release", "--target", &triple]);
+    for package in known() {
+        cargo.args(["-p", package]);
+    }
+    cmd::run(&mut cargo)?;
     let binary = paths::target_dir().join(&triple).join("release").join(name);
     let bytes = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
     match elf::linking(&bytes)? {

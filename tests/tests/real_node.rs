@@ -1,0 +1,566 @@
+//! The shipped images, run for real: each operator is rolled out from its
+//! image with `cargo xtask deploy` onto the local cluster's real node
+//! (containerd + kubelet), where the kubelet's probes must pass, the operator
+//! must run as user 65532 on a read-only root filesystem with the in-cluster
+//! configuration of its ServiceAccount, and the workloads it creates must
+//! really serve: busybox pods run, memcached answers on its ClusterIP, the cow
+//! page is served on its NodePort, consumers receive every message from the
+//! real Pulsar broker.
+//!
+//! These tests need the real node, which `cargo xtask cluster up` starts when
+//! run as root; without it they fail with that explanation.
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::kinds::{self, free_node_port};
+use e2e::pulsar::{self, expected_payloads, parse_received, payload_counts, unique_topic};
+use e2e::{
+    TestNamespace, create_from_json, kubeconfig_path, kubectl_ok, place_namespace, poll, repo_root,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use lolcow_operator::api::Lolcow;
+use podset_operator::api::PodSet;
+use pulsar_consumer_operator::api::PulsarConsumer;
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The node that runs containers.
+const REAL_NODE: &str = "real-node";
+/// Its registry, as `cargo xtask cluster up` starts it.
+const REGISTRY: &str = "127.0.0.1:15000";
+/// Release builds and image pulls take a while the first time.
+const ROLLOUT: Duration = Duration::from_secs(240);
+
+/// Fails with an explanation when the cluster has no real node.
+async fn require_real_node(client: &kube::Client) -> Result<()> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    if nodes.get_opt(REAL_NODE).await?.is_none() {
+        bail!(
+            "this test needs the local cluster's real node ({REAL_NODE}), which `cargo xtask \
+             cluster up` starts only when run as root"
+        );
+    }
+    Ok(())
+}
+
+/// `cargo xtask <args>` with the test cluster's kubeconfig.
+fn xtask(args: &[&str]) -> Result<String> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(repo_root())
+        .args(["run", "--quiet", "-p", "xtask", "--"])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path()?)
+        .output()
+        .with_context(|| format!("running cargo xtask {args:?}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "cargo xtask {args:?} failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(stdout)
+}
+
+/// An operator rolled out from its image; undeployed (its objects first)
+/// when dropped.
+struct Deployed {
+    operator: &'static str,
+}
+
+impl Deployed {
+    /// `cargo xtask deploy <operator> --registry <local registry>`, which
+    /// waits for the rollout (so the kubelet's probes passed).
+    fn new(operator: &'static str) -> Result<Deployed> {
+        place_namespace(&format!("{operator}-system"), false)?;
+        let deployed = Deployed { operator };
+        xtask(&["deploy", operator, "--registry", REGISTRY])?;
+        Ok(deployed)
+    }
+
+    fn namespace(&self) -> String {
+        format!("{}-system", self.operator)
+    }
+}
+
+impl Drop for Deployed {
+    fn drop(&mut self) {
+        if let Err(e) = xtask(&["undeploy", self.operator]) {
+            eprintln!("undeploy {}: {e:#}", self.operator);
+        }
+    }
+}
+
+/// The running pods of `selector` in `namespace`.
+async fn pods(client: &kube::Client, namespace: &str, selector: &str) -> Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    Ok(api
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+fn pod_uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// Processes of this machine that run in the pod's containers (found by the
+/// pod's cgroup), without the sandbox's.
+fn container_processes(pod: &Pod) -> Vec<u32> {
+    let uid = pod_uid(pod);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cgroup.contains(&format!("pod{uid}"))
+                && !cmdline.starts_with(b"/bin/sleep\x002147483647")
+        })
+        .collect()
+}
+
+/// The container of `pod` really runs here: as `uid`, on a read-only root
+/// filesystem.
+fn assert_runs_as(pod: &Pod, uid: u32) -> Result<()> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let pids = container_processes(pod);
+    ensure!(
+        !pids.is_empty(),
+        "no process of pod {name} runs on this machine"
+    );
+    for pid in pids {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let real_uid = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .context("no Uid line")?;
+        ensure!(
+            real_uid == uid.to_string(),
+            "pod {name}: process {pid} runs as {real_uid}, not {uid}"
+        );
+        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))?;
+        let root = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some("/"))
+            .context("no root mount")?;
+        let options = root.split(' ').nth(5).unwrap_or_default();
+        ensure!(
+            options.split(',').any(|o| o == "ro"),
+            "pod {name}: the root filesystem is not read-only: {root}"
+        );
+    }
+    Ok(())
+}
+
+/// The operator's pods run on the real node, started and ready, as 65532 on
+/// a read-only root filesystem.
+async fn assert_operator_runs(client: &kube::Client, deployed: &Deployed) -> Result<Vec<Pod>> {
+    let pods = pods(
+        client,
+        &deployed.namespace(),
+        &format!("app.kubernetes.io/name={}", deployed.operator),
+    )
+    .await?;
+    ensure!(!pods.is_empty(), "no pod of {}", deployed.operator);
+    for pod in &pods {
+        ensure!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(REAL_NODE),
+            "{} runs on {:?}",
+            deployed.operator,
+            pod.spec.as_ref().and_then(|s| s.node_name.clone())
+        );
+        let status = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref());
+        let container = status
+            .and_then(|c| c.first())
+            .context("no container status")?;
+        ensure!(
+            container.ready,
+            "{} is not ready: {container:?}",
+            deployed.operator
+        );
+        ensure!(
+            container
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .is_some(),
+            "{} is not running: {container:?}",
+            deployed.operator
+        );
+        assert_runs_as(pod, 65532)?;
+    }
+    Ok(pods)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn podset_operator_image_runs_busybox_pods_for_real() -> Result<()> {
+    let client = e2e::admin_client().await?;
+    require_real_node(&client).await?;
+    let deployed = Deployed::new("podset-operator")?;
+    let operator_pods = assert_operator_runs(&client, &deployed).await?;
+    // The lease identity comes from the downward API: the holder is the pod.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &deployed.namespace());
+    let holder = poll("the operator's lease", ROLLOUT, || async {
+        let list = leases.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .find_map(|l| l.spec.as_ref()?.holder_identity.clone()))
+    })
+    .await?;
+    let names: Vec<String> = operator_pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    ensure!(
+        names.iter().any(|n| holder.starts_with(n.as_str())),
+        "the lease holder {holder:?} is none of the operator's pods {names:?}"
+    );
+
+    let ns = TestNamespace::real("real-podset").await?;
+    create_from_json::<PodSet>(&ns, kinds::podset("sample", 2)).await?;
+    let ps = e2e::kinds::wait_podset_ready(&ns, "sample").await?;
+    let names = ps.status.map(|s| s.pod_names).unwrap_or_default();
+    ensure!(names.len() == 2, "pods: {names:?}");
+    let api: Api<Pod> = ns.api();
+    for name in &names {
+        let pod = api.get(name).await?;
+        ensure!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(REAL_NODE),
+            "{name} is not on the real node"
+        );
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone());
+        ensure!(started.is_some(), "{name} has no started container");
+        // exec and logs reach the container through the kubelet.
+        let cmdline = kubectl_ok(["exec", "-n", &ns.name, name, "--", "cat", "/proc/1/cmdline"])?;
+        ensure!(
+            cmdline.starts_with("sleep\03600"),
+            "{name} runs {cmdline:?}"
+        );
+        kubectl_ok(["logs", "-n", &ns.name, name])?;
+    }
+    Ok(())
+}
+
+/// Two operator pods: deleting the leader's pod (the kubelet sends SIGTERM)
+/// hands the lease to the other within 5 s.
+async fn assert_leadership_handover(client: &kube::Client, deployed: &Deployed) -> Result<()> {
+    let system = deployed.namespace();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &system);
+    deployments
+        .patch(
+            deployed.operator,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await?;
+    let selector = format!("app.kubernetes.io/name={}", deployed.operator);
+    poll("two ready operator pods", ROLLOUT, || async {
+        let pods = pods(client, &system, &selector).await?;
+        let ready = pods
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|c| c.first())
+                    .is_some_and(|c| c.ready)
+            })
+            .count();
+        Ok((ready == 2).then_some(()))
+    })
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &system);
+    let holder = |leases: Api<Lease>| async move {
+        let list = leases.list(&ListParams::default()).await?;
+        Ok::<_, anyhow::Error>(
+            list.items
+                .iter()
+                .find_map(|l| l.spec.as_ref()?.holder_identity.clone())
+                .filter(|h| !h.is_empty()),
+        )
+    };
+    let first = poll("a lease holder", ROLLOUT, || holder(leases.clone())).await?;
+    let pods_now = pods(client, &system, &selector).await?;
+    let leader = pods_now
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .find(|n| first.starts_with(n.as_str()))
+        .with_context(|| format!("no pod holds the lease {first:?}"))?;
+    // The kubelet sends SIGTERM: the leader releases the lease on its way out.
+    let deleted = Instant::now();
+    kubectl_ok(["delete", "pod", "-n", &system, &leader, "--wait=false"])?;
+    let second = poll("another lease holder", Duration::from_secs(30), || async {
+        Ok(holder(leases.clone())
+            .await?
+            .filter(|h| !h.starts_with(leader.as_str())))
+    })
+    .await?;
+    let took = deleted.elapsed();
+    eprintln!("lease handed from {first} to {second} in {took:?}");
+    ensure!(
+        took <= Duration::from_secs(5),
+        "the standby took {took:?} to hold the lease after the leader's pod was deleted"
+    );
+    Ok(())
+}
+
+/// Sends `version` to memcached at `addr` and returns its answer.
+fn memcached_version(addr: &str) -> Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(3))?;
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+    stream.write_all(b"version\r\n")?;
+    let mut buf = [0u8; 128];
+    let n = stream.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).trim().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memcached_operator_image_runs_memcached_that_answers_on_its_cluster_ip() -> Result<()> {
+    let client = e2e::admin_client().await?;
+    require_real_node(&client).await?;
+    let deployed = Deployed::new("memcached-operator")?;
+    assert_operator_runs(&client, &deployed).await?;
+    let ns = TestNamespace::real("real-memcached").await?;
+    create_from_json::<memcached_operator::api::Memcached>(&ns, kinds::memcached("cache", 1))
+        .await?;
+    e2e::kinds::wait_memcached_ready(&ns, "cache").await?;
+    let svc: Service = ns.api::<Service>().get("cache").await?;
+    let ip = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.clone())
+        .context("the Service has no ClusterIP")?;
+    // From the host, through kube-proxy's rules.
+    let answer = poll(
+        "memcached's version on the ClusterIP",
+        Duration::from_secs(60),
+        || {
+            let addr = format!("{ip}:11211");
+            async move {
+                Ok(memcached_version(&addr)
+                    .ok()
+                    .filter(|a| a.starts_with("VERSION ")))
+            }
+        },
+    )
+    .await?;
+    eprintln!("memcached on {ip}:11211 says {answer}");
+    let pods = pods(
+        &client,
+        &ns.name,
+        "app.kubernetes.io/instance=cache,app.kubernetes.io/name=memcached",
+    )
+    .await?;
+    ensure!(!pods.is_empty(), "no memcached pod");
+    for pod in &pods {
+        assert_runs_as(pod, 1001)?;
+    }
+    assert_leadership_handover(&client, &deployed).await?;
+    // The finalizer needs the operator: the objects go before it does.
+    kubectl_ok([
+        "delete",
+        "memcacheds",
+        "--all",
+        "-n",
+        &ns.name,
+        "--wait=true",
+    ])?;
+    drop(deployed);
+    Ok(())
+}
+
+fn curl_page(port: i32) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "3", "-H", "Accept: text/plain"])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Opens the page in headless Chromium: its DOM, and a screenshot kept
+/// under `target/e2e/`.
+fn chromium_page(port: i32) -> Result<(String, PathBuf)> {
+    let browser = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .context("Chromium is not installed (apt-get install chromium)")?;
+    let dir = e2e::target_dir().join("e2e");
+    std::fs::create_dir_all(&dir)?;
+    let profile = dir.join(format!("chromium-profile-{}", e2e::unique_suffix()));
+    let shot = dir.join("lolcow-real-node.png");
+    let url = format!("http://127.0.0.1:{port}/");
+    let common = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=900,700",
+    ];
+    let dom = Command::new(browser)
+        .args(common)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()?;
+    Command::new(browser)
+        .args(common)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()?;
+    let _ = std::fs::remove_dir_all(&profile);
+    Ok((String::from_utf8_lossy(&dom.stdout).into_owned(), shot))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lolcow_operator_image_serves_the_cow_page_on_its_node_port() -> Result<()> {
+    let client = e2e::admin_client().await?;
+    require_real_node(&client).await?;
+    let deployed = Deployed::new("lolcow-operator")?;
+    assert_operator_runs(&client, &deployed).await?;
+    let ns = TestNamespace::real("real-lolcow").await?;
+    let port = free_node_port(&ns, "real-lolcow", &[]).await?;
+    create_from_json::<Lolcow>(&ns, kinds::lolcow("cow", port, "Moo from a real pod")).await?;
+    e2e::kinds::wait_lolcow_ready(&ns, "cow").await?;
+    let page = poll(
+        "the cow page on the NodePort",
+        Duration::from_secs(90),
+        || async move { Ok(curl_page(port).filter(|p| p.contains("Moo from a real pod"))) },
+    )
+    .await?;
+    ensure!(page.contains("(oo)"), "not a cow: {page}");
+    let (dom, shot) = chromium_page(port)?;
+    ensure!(
+        dom.contains("Moo from a real pod"),
+        "Chromium's page lacks the greeting: {dom}"
+    );
+    let png =
+        std::fs::read(&shot).with_context(|| format!("no screenshot at {}", shot.display()))?;
+    ensure!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
+    eprintln!("screenshot: {}", shot.display());
+    // A new greeting is served after the rollout.
+    ns.api::<Lolcow>()
+        .patch(
+            "cow",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"greeting": "A new greeting"}})),
+        )
+        .await?;
+    poll(
+        "the new greeting on the NodePort",
+        Duration::from_secs(120),
+        || async move { Ok(curl_page(port).filter(|p| p.contains("A new greeting"))) },
+    )
+    .await?;
+    drop(deployed);
+    Ok(())
+}
+
+/// Consumers that run as pods receive each message once and follow scaling.
+#[tokio::test(flavor = "multi_thread")]
+async fn pulsar_consumer_operator_image_consumes_from_the_real_broker() -> Result<()> {
+    let client = e2e::admin_client().await?;
+    require_real_node(&client).await?;
+    let (host_url, _broker) = pulsar::shared_broker().await?;
+    let deployed = Deployed::new("pulsar-consumer-operator")?;
+    assert_operator_runs(&client, &deployed).await?;
+    let ns = TestNamespace::real("real-pulsar").await?;
+    let topic = unique_topic("real-node");
+    let mut manifest = kinds::pulsar_consumer("consumers", 2);
+    manifest["spec"]["serverAddress"] = json!("pulsar://pulsar-broker.pulsar.svc:6650");
+    manifest["spec"]["topic"] = json!(topic);
+    manifest["spec"]["subscriptionName"] = json!("real-node");
+    create_from_json::<PulsarConsumer>(&ns, manifest).await?;
+    e2e::kinds::wait_pulsar_consumer_ready(&ns, "consumers").await?;
+    let count = 500;
+    pulsar::produce(&host_url, &topic, "real", count).await?;
+    let selector = "app.kubernetes.io/instance=consumers";
+    let counts = poll(
+        "every message received",
+        Duration::from_secs(90),
+        || async {
+            let mut logs = Vec::new();
+            for pod in pods(&client, &ns.name, selector).await? {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let log = kubectl_ok(["logs", "-n", &ns.name, &name])?;
+                logs.push(parse_received(&log));
+            }
+            let counts = payload_counts(logs.iter().map(Vec::as_slice));
+            Ok((counts.len() as u64 == count).then_some((counts, logs.len())))
+        },
+    )
+    .await?;
+    let (counts, consumers) = counts;
+    ensure!(consumers == 2, "{consumers} consumer pods");
+    for payload in expected_payloads("real", count) {
+        ensure!(
+            counts.get(&payload) == Some(&1),
+            "{payload} received {:?} times",
+            counts.get(&payload)
+        );
+    }
+    // Scaling the PulsarConsumer changes the consumers the broker sees.
+    let admin = format!("http://127.0.0.1:18080/admin/v2/persistent/public/default/{topic}/stats");
+    let consumers_at_broker = |admin: String| async move {
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "3", &admin])
+            .output()?;
+        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        Ok::<_, anyhow::Error>(
+            stats["subscriptions"]["real-node"]["consumers"]
+                .as_array()
+                .map_or(0, Vec::len),
+        )
+    };
+    ensure!(
+        consumers_at_broker(admin.clone()).await? == 2,
+        "the broker does not see 2 consumers"
+    );
+    e2e::kubectl_scale(&ns, "pulsarconsumer", "consumers", 1)?;
+    poll(
+        "one consumer at the broker",
+        Duration::from_secs(90),
+        || {
+            let admin = admin.clone();
+            async move { Ok((consumers_at_broker(admin).await? == 1).then_some(())) }
+        },
+    )
+    .await?;
+    drop(deployed);
+    Ok(())
+}
