@@ -568,6 +568,110 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 6, "errors are asked again");
     }
 
+    /// A fake API server: authenticates `reader-token` and `stranger-token`, allows the
+    /// reader `get /metrics`; records what it was asked.
+    fn fake_api_server(asked: Arc<Mutex<Vec<(String, serde_json::Value)>>>) -> Client {
+        let service = tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
+            let asked = asked.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                let body = request.into_body().collect_bytes().await?;
+                let sent: serde_json::Value = serde_json::from_slice(&body)?;
+                asked.lock().unwrap().push((path.clone(), sent.clone()));
+                let answer = match path.as_str() {
+                    "/apis/authentication.k8s.io/v1/tokenreviews" => {
+                        let token = sent["spec"]["token"].as_str().unwrap_or_default();
+                        let user = token.strip_suffix("-token").unwrap_or_default();
+                        let known = matches!(user, "reader" | "stranger");
+                        serde_json::json!({
+                            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                            "spec": sent["spec"],
+                            "status": {"authenticated": known,
+                                       "user": {"username": format!("system:serviceaccount:ns:{user}"),
+                                                "uid": "u-1", "groups": ["system:serviceaccounts"]}}
+                        })
+                    }
+                    "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+                        let spec = &sent["spec"];
+                        let allowed = spec["user"] == "system:serviceaccount:ns:reader"
+                            && spec["nonResourceAttributes"]
+                                == serde_json::json!({"path": "/metrics", "verb": "get"});
+                        serde_json::json!({
+                            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                            "spec": spec, "status": {"allowed": allowed}
+                        })
+                    }
+                    _ => {
+                        return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                            axum::http::Response::builder()
+                                .status(404)
+                                .body(kube::client::Body::empty())?,
+                        );
+                    }
+                };
+                Ok(axum::http::Response::builder()
+                    .status(201)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?)
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn the_api_server_reviewer_sends_a_token_review_then_a_subject_access_review() {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let reviewer = ApiServerReviewer::new(fake_api_server(asked.clone()));
+        assert_eq!(
+            reviewer
+                .review("reader-token", "get", "/metrics")
+                .await
+                .unwrap(),
+            Decision::Allowed {
+                user: "system:serviceaccount:ns:reader".into()
+            }
+        );
+        {
+            let asked = asked.lock().unwrap();
+            assert_eq!(asked.len(), 2, "{asked:?}");
+            assert_eq!(asked[0].1["spec"]["token"], "reader-token");
+            // The reviewed user's groups and uid are passed on to the authorizer.
+            assert_eq!(
+                asked[1].1["spec"]["groups"],
+                serde_json::json!(["system:serviceaccounts"])
+            );
+            assert_eq!(asked[1].1["spec"]["uid"], "u-1");
+        }
+        assert_eq!(
+            reviewer
+                .review("stranger-token", "get", "/metrics")
+                .await
+                .unwrap(),
+            Decision::Forbidden {
+                user: "system:serviceaccount:ns:stranger".into()
+            }
+        );
+        assert_eq!(
+            reviewer
+                .review("reader-token", "get", "/other")
+                .await
+                .unwrap(),
+            Decision::Forbidden {
+                user: "system:serviceaccount:ns:reader".into()
+            }
+        );
+        let before = asked.lock().unwrap().len();
+        assert_eq!(
+            reviewer.review("forged", "get", "/metrics").await.unwrap(),
+            Decision::Unauthenticated
+        );
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            before + 1,
+            "an unauthenticated token is not sent to the authorizer"
+        );
+    }
+
     #[test]
     fn cache_expires_and_stays_bounded() {
         let mut cache = Cache::new(3);
