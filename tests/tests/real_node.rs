@@ -256,7 +256,7 @@ async fn podset_operator_image_runs_busybox_pods_for_real() -> Result<()> {
         // exec and logs reach the container through the kubelet.
         let cmdline = kubectl_ok(["exec", "-n", &ns.name, name, "--", "cat", "/proc/1/cmdline"])?;
         ensure!(
-            cmdline.starts_with("sleep\03600"),
+            cmdline.starts_with("sleep\u{0}3600"),
             "{name} runs {cmdline:?}"
         );
         kubectl_ok(["logs", "-n", &ns.name, name])?;
