@@ -26,9 +26,10 @@ use crate::{
     metrics_auth::{self, ApiServerReviewer, Authorizer, CertFiles},
 };
 
-/// Readiness shared between the runner and `/readyz`.
+/// Readiness shared between the runner and `/readyz`, with a detail for the body (the
+/// namespaces whose watches fail, for instance).
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<AtomicBool>, Arc<std::sync::Mutex<String>>);
 
 impl Readiness {
     /// Marks the process ready (watches synced, or standing by for leadership) or not.
@@ -41,6 +42,23 @@ impl Readiness {
     pub fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
+
+    /// Sets the lines `/readyz` adds to its body (empty: none).
+    pub fn set_detail(&self, detail: String) {
+        *self
+            .1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = detail;
+    }
+
+    /// What `/readyz` adds to its body.
+    #[must_use]
+    pub fn detail(&self) -> String {
+        self.1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 async fn healthz() -> &'static str {
@@ -48,10 +66,14 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(ready): State<Readiness>) -> impl IntoResponse {
-    if ready.is_ready() {
+    let (status, head) = if ready.is_ready() {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "watches not synced yet")
+    };
+    match ready.detail() {
+        detail if detail.is_empty() => (status, head.to_owned()),
+        detail => (status, format!("{head}\n{detail}")),
     }
 }
 
@@ -443,6 +465,55 @@ mod tests {
         )
         .await;
         assert!(!answer.contains("controller_runtime"), "{answer}");
+    }
+
+    fn args(flags: &[&str]) -> RunArgs {
+        let mut all = vec!["op"];
+        all.extend_from_slice(flags);
+        crate::Cli::try_parse_from_for("op", all).unwrap().run
+    }
+
+    /// A client that never connects (building endpoints makes no request).
+    fn offline_client() -> Client {
+        let service = tower::service_fn(|_: axum::http::Request<kube::client::Body>| async {
+            Err::<axum::http::Response<kube::client::Body>, _>(std::io::Error::other("offline"))
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn endpoints_follow_the_metrics_flags() {
+        let client = offline_client();
+        let plain = endpoints_from_args(&args(&[]), &client).unwrap();
+        assert!(matches!(plain.metrics_security, MetricsSecurity::Plain));
+        assert_eq!(plain.metrics, Some(SocketAddr::from(([0, 0, 0, 0], 8080))));
+        assert_eq!(plain.limits, LIMITS);
+        let secure = endpoints_from_args(
+            &args(&["--metrics-secure", "--metrics-bind-address=:8443"]),
+            &client,
+        )
+        .unwrap();
+        assert!(matches!(
+            secure.metrics_security,
+            MetricsSecurity::Secure { .. }
+        ));
+        assert_eq!(secure.metrics, Some(SocketAddr::from(([0, 0, 0, 0], 8443))));
+        let off = endpoints_from_args(&args(&["--metrics-secure=false"]), &client).unwrap();
+        assert!(matches!(off.metrics_security, MetricsSecurity::Plain));
+        let err = endpoints_from_args(
+            &args(&[
+                "--metrics-secure",
+                "--metrics-cert-dir=/nonexistent-cert-dir",
+                "--metrics-cert-name=serving.crt",
+            ]),
+            &client,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("/nonexistent-cert-dir/serving.crt"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -6,13 +6,9 @@
 //! streams into one store: a watcher's re-list of one namespace would otherwise wipe the
 //! other namespaces' objects from the shared store.
 
-use std::{
-    fmt,
-    str::FromStr,
-    sync::{Arc, Mutex},
-};
+use std::{fmt, str::FromStr, sync::Arc};
 
-use futures::{Stream, StreamExt, future::BoxFuture};
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -117,15 +113,89 @@ fn dns1123_label_problem(s: &str) -> Option<&'static str> {
     None
 }
 
+/// What one watch of a [`Scope`] has shown so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchStatus {
+    /// The kind watched.
+    pub kind: String,
+    /// Whether its first full list reached the store (stays true: a later relist swaps
+    /// the store's content only once it is complete).
+    pub synced: bool,
+    /// The last error, until the watch delivers again.
+    pub error: Option<String>,
+}
+
+/// The watches of one [`Scope`]: what gates its reconciles and feeds `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScopeStatus {
+    /// The namespace, or `None` for cluster-wide.
+    pub namespace: Option<String>,
+    /// Each watch created through the scope.
+    pub watches: Vec<WatchStatus>,
+}
+
+impl ScopeStatus {
+    /// Whether every watch of the scope has listed its objects once: only then may the
+    /// scope's objects be reconciled (a reconcile that saw a child cache still empty would,
+    /// after a restart, create children that already exist).
+    #[must_use]
+    pub fn synced(&self) -> bool {
+        !self.watches.is_empty() && self.watches.iter().all(|w| w.synced)
+    }
+
+    /// The failing watches, as `<kind>: <error>`, joined by `; ` (`None` when none fails).
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        let failing: Vec<String> = self
+            .watches
+            .iter()
+            .filter_map(|w| w.error.as_ref().map(|e| format!("{}: {e}", w.kind)))
+            .collect();
+        (!failing.is_empty()).then(|| failing.join("; "))
+    }
+
+    fn name(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("<all namespaces>")
+    }
+}
+
+/// Readiness of the whole process from its scopes: ready once every scope whose watches
+/// work has synced and at least one has (a namespace whose watches fail, e.g. its
+/// RoleBinding is gone, does not hold the others back); the detail names each scope
+/// that fails or has not synced yet, for the `/readyz` body.
+#[must_use]
+pub fn readiness(scopes: &[ScopeStatus]) -> (bool, String) {
+    let ready = scopes.iter().any(ScopeStatus::synced)
+        && scopes.iter().all(|s| s.synced() || s.failure().is_some());
+    let detail = scopes
+        .iter()
+        .filter_map(|s| match (s.failure(), s.synced()) {
+            (Some(error), true) => Some(format!(
+                "namespace {}: synced, watch failing now: {error}",
+                s.name()
+            )),
+            (Some(error), false) => Some(format!(
+                "namespace {}: not synced, watch failing: {error}",
+                s.name()
+            )),
+            (None, false) => Some(format!("namespace {}: not synced yet", s.name())),
+            (None, true) => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    (ready, detail)
+}
+
 /// One place a controller runs: cluster-wide or one namespace, with the client to reach it.
 ///
 /// Builders of an operator's `Controller` get a `Scope` and create every watch through it,
-/// so the watches stay inside the scope and `/readyz` knows when they have synced.
+/// so the watches stay inside the scope, and the scope's [`ScopeStatus`] knows when they
+/// have synced (which gates the scope's reconciles) or fail (reported by `/readyz`).
 #[derive(Clone)]
 pub struct Scope {
     client: Client,
     namespace: Option<String>,
-    synced: Arc<Mutex<Vec<BoxFuture<'static, ()>>>>,
+    status: Arc<tokio::sync::watch::Sender<ScopeStatus>>,
 }
 
 impl fmt::Debug for Scope {
@@ -140,10 +210,14 @@ impl Scope {
     /// A scope over `namespace` (`None` = all namespaces).
     #[must_use]
     pub fn new(client: Client, namespace: Option<String>) -> Self {
+        let status = ScopeStatus {
+            namespace: namespace.clone(),
+            watches: Vec::new(),
+        };
         Self {
             client,
             namespace,
-            synced: Arc::default(),
+            status: Arc::new(tokio::sync::watch::Sender::new(status)),
         }
     }
 
@@ -218,7 +292,18 @@ impl Scope {
         // Synced = the watcher's first full list is in the store. It is read off the event
         // stream rather than from `Store::wait_until_ready`: that future supports one waiter
         // at a time, and the `Controller` already waits on the primary store's readiness.
-        let (synced_tx, mut synced_rx) = tokio::sync::watch::channel(false);
+        let kind = K::kind(&()).into_owned();
+        let mut index = 0;
+        self.status.send_modify(|s| {
+            index = s.watches.len();
+            s.watches.push(WatchStatus {
+                kind: kind.clone(),
+                synced: false,
+                error: None,
+            });
+        });
+        let status = self.status.clone();
+        let namespace = self.namespace.clone();
         let stream = reflector::reflector(
             writer,
             watcher(self.api::<K>(), wc)
@@ -230,18 +315,37 @@ impl Scope {
         )
         // After the reflector: by then the store holds the whole first list.
         .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                synced_tx.send_replace(true);
-            }
+            let namespace = namespace.as_deref().unwrap_or("<all namespaces>");
+            status.send_if_modified(|s| {
+                let Some(w) = s.watches.get_mut(index) else {
+                    return false;
+                };
+                match event {
+                    Err(error) => {
+                        // Retried by the watcher's backoff; the other scopes go on.
+                        tracing::warn!(%namespace, %kind, %error, "watch failing; retrying with backoff");
+                        let error = error.to_string();
+                        let changed = w.error.as_ref() != Some(&error);
+                        w.error = Some(error);
+                        changed
+                    }
+                    Ok(event) => {
+                        let recovered = w.error.take().is_some();
+                        if recovered {
+                            tracing::info!(%namespace, %kind, "watch recovered");
+                        }
+                        let first_sync = !w.synced && matches!(event, watcher::Event::InitDone);
+                        if first_sync {
+                            w.synced = true;
+                            tracing::debug!(%namespace, %kind, "watch synced");
+                        }
+                        recovered || first_sync
+                    }
+                }
+            });
         })
         .touched_objects()
         .boxed();
-        if let Ok(mut synced) = self.synced.lock() {
-            synced.push(Box::pin(async move {
-                // An error means the stream ended (shutdown): nothing left to wait for.
-                let _ = synced_rx.wait_for(|done| *done).await;
-            }));
-        }
         (reader, stream)
     }
 
@@ -262,16 +366,11 @@ impl Scope {
         Controller::for_stream(stream, reader)
     }
 
-    /// Resolves once every watch created through this scope has listed its objects once.
-    pub(crate) fn synced(&self) -> BoxFuture<'static, ()> {
-        let futures = self
-            .synced
-            .lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default();
-        Box::pin(async move {
-            futures::future::join_all(futures).await;
-        })
+    /// The status of the watches created through this scope so far, updated as they
+    /// sync and fail.
+    #[must_use]
+    pub fn status(&self) -> tokio::sync::watch::Receiver<ScopeStatus> {
+        self.status.subscribe()
     }
 }
 
@@ -397,6 +496,105 @@ mod tests {
             let err = bad.parse::<WatchNamespaces>().unwrap_err();
             assert!(err.to_string().contains("WATCH_NAMESPACE"), "{err}");
         }
+    }
+
+    fn watch(kind: &str, synced: bool, error: Option<&str>) -> WatchStatus {
+        WatchStatus {
+            kind: kind.into(),
+            synced,
+            error: error.map(Into::into),
+        }
+    }
+
+    fn scope(ns: &str, watches: Vec<WatchStatus>) -> ScopeStatus {
+        ScopeStatus {
+            namespace: Some(ns.into()),
+            watches,
+        }
+    }
+
+    #[test]
+    fn a_scope_reconciles_once_all_its_watches_synced() {
+        assert!(!scope("a", vec![]).synced());
+        assert!(
+            !scope(
+                "a",
+                vec![watch("PodSet", true, None), watch("Pod", false, None)]
+            )
+            .synced()
+        );
+        assert!(
+            scope(
+                "a",
+                vec![watch("PodSet", true, None), watch("Pod", true, None)]
+            )
+            .synced()
+        );
+        // A watch that fails after its first list keeps its (complete) cache: still synced.
+        assert!(
+            scope(
+                "a",
+                vec![watch("PodSet", true, None), watch("Pod", true, Some("x"))]
+            )
+            .synced()
+        );
+        // Failing before its first list: not synced, whatever the others did.
+        assert!(
+            !scope(
+                "a",
+                vec![
+                    watch("PodSet", true, None),
+                    watch("Pod", false, Some("403"))
+                ]
+            )
+            .synced()
+        );
+    }
+
+    #[test]
+    fn a_failing_namespace_does_not_hold_the_others_back() {
+        let a = scope(
+            "a",
+            vec![watch("PodSet", true, None), watch("Pod", true, None)],
+        );
+        let b_failing = scope(
+            "b",
+            vec![
+                watch("PodSet", false, Some("pods is forbidden")),
+                watch("Pod", false, None),
+            ],
+        );
+        let b_pending = scope("b", vec![watch("PodSet", false, None)]);
+
+        let (ready, detail) = readiness(&[a.clone(), b_failing.clone()]);
+        assert!(ready, "{detail}");
+        assert_eq!(
+            detail,
+            "namespace b: not synced, watch failing: PodSet: pods is forbidden"
+        );
+        // Each scope's own gate: a reconciles, b does not.
+        assert!(a.synced() && !b_failing.synced());
+
+        // A namespace still listing (no error yet) is waited for.
+        let (ready, detail) = readiness(&[a.clone(), b_pending]);
+        assert!(!ready);
+        assert_eq!(detail, "namespace b: not synced yet");
+
+        // Nothing works at all: not ready.
+        let (ready, _) = readiness(std::slice::from_ref(&b_failing));
+        assert!(!ready);
+
+        // All synced: ready, nothing to add.
+        assert_eq!(readiness(std::slice::from_ref(&a)), (true, String::new()));
+        // Cluster-wide scope named as such.
+        let all = ScopeStatus {
+            namespace: None,
+            watches: vec![watch("Pod", false, None)],
+        };
+        assert_eq!(
+            readiness(&[all]).1,
+            "namespace <all namespaces>: not synced yet"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::{
     health::{self, Readiness},
     leader::{self, Elector, LeaderConfig},
     metrics::{Metrics, ReconcileResult},
-    namespaces::{Scope, WatchNamespaces},
+    namespaces::{self, Scope, ScopeStatus, WatchNamespaces},
 };
 
 /// Names of an operator.
@@ -163,37 +163,42 @@ impl Operator {
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
 
         let controller_name = self.controller;
-        // No reconcile before every watch (primary and children, in every scope) has its
-        // first full list: kube's Controller only waits for the primary store, and a
-        // reconcile that sees the children's cache still empty would, after a restart,
-        // create children that already exist.
-        let (all_synced_tx, all_synced) = tokio::sync::watch::channel(false);
+        // No reconcile of an object before every watch of its own scope (primary and
+        // children) has its first full list: kube's Controller only waits for the primary
+        // store, and a reconcile that sees the children's cache still empty would, after a
+        // restart, create children that already exist. Each scope waits for its own watches
+        // only, so a namespace whose watches fail (its RoleBinding removed, say) does not
+        // hold back the others: it is logged, retried by the watcher's backoff, and named
+        // in the `/readyz` body.
         let (m, b, d) = (metrics.clone(), backoff.clone(), debounce.clone());
-        let wrapped = move |obj: Arc<K>, ctx: Arc<Ctx>| {
-            let (metrics, backoff, debounce) = (m.clone(), b.clone(), d.clone());
-            let mut synced = all_synced.clone();
-            let key = object_key(obj.as_ref());
-            let span =
-                tracing::info_span!("reconcile", controller = controller_name, object = %key);
-            async move {
-                let queued = metrics.queued(controller_name);
-                // An error means the runner is shutting down; the reconcile then runs on
-                // whatever the caches hold, as before.
-                let _ = synced.wait_for(|done| *done).await;
-                if let Gate::Wait(wait) = debounce.check(&key, Instant::now()) {
-                    return Ok(Action::requeue(wait));
+        let wrapper = move |scope_status: tokio::sync::watch::Receiver<ScopeStatus>| {
+            let (m, b, d) = (m.clone(), b.clone(), d.clone());
+            move |obj: Arc<K>, ctx: Arc<Ctx>| {
+                let (metrics, backoff, debounce) = (m.clone(), b.clone(), d.clone());
+                let mut synced = scope_status.clone();
+                let key = object_key(obj.as_ref());
+                let span =
+                    tracing::info_span!("reconcile", controller = controller_name, object = %key);
+                async move {
+                    let queued = metrics.queued(controller_name);
+                    // An error means the runner is shutting down; the reconcile then runs on
+                    // whatever the caches hold, as before.
+                    let _ = synced.wait_for(ScopeStatus::synced).await;
+                    if let Gate::Wait(wait) = debounce.check(&key, Instant::now()) {
+                        return Ok(Action::requeue(wait));
+                    }
+                    let _worker = queued.start();
+                    guarded_reconcile(
+                        controller_name,
+                        &key,
+                        &metrics,
+                        &backoff,
+                        reconcile(obj, ctx),
+                    )
+                    .await
                 }
-                let _worker = queued.start();
-                guarded_reconcile(
-                    controller_name,
-                    &key,
-                    &metrics,
-                    &backoff,
-                    reconcile(obj, ctx),
-                )
-                .await
+                .instrument(span)
             }
-            .instrument(span)
         };
         // For objects found deleted (see `ObjectNotFound` below).
         let (gone_backoff, gone_debounce) = (backoff.clone(), debounce.clone());
@@ -205,10 +210,12 @@ impl Operator {
         };
 
         let mut runs = Vec::new();
-        let mut synced = Vec::new();
+        let mut statuses = Vec::new();
         for namespace in args.watch_namespace.scopes() {
             let scope = Scope::new(client.clone(), namespace);
-            let run = build(&scope, &ctx)
+            let controller = build(&scope, &ctx);
+            let status = scope.status();
+            let run = controller
                 .with_config(
                     controller::Config::default()
                         .concurrency(args.max_concurrent_reconciles)
@@ -216,7 +223,7 @@ impl Operator {
                         .debounce(std::time::Duration::ZERO),
                 )
                 .graceful_shutdown_on(shutdown.clone())
-                .run(wrapped.clone(), error_policy.clone(), ctx.clone())
+                .run(wrapper(status.clone()), error_policy.clone(), ctx.clone())
                 .for_each({
                     let (backoff, debounce) = (gone_backoff.clone(), gone_debounce.clone());
                     move |res| {
@@ -224,16 +231,10 @@ impl Operator {
                         std::future::ready(())
                     }
                 });
-            synced.push(scope.synced());
+            statuses.push(status);
             runs.push(run);
         }
-        let ready_when_synced = ready.clone();
-        tokio::spawn(async move {
-            futures::future::join_all(synced).await;
-            tracing::info!("watches synced; ready");
-            all_synced_tx.send_replace(true);
-            ready_when_synced.set(true);
-        });
+        tokio::spawn(report_readiness(statuses, ready.clone()));
         tracing::info!(controller = controller_name, "controllers started");
 
         let all = futures::future::join_all(runs);
@@ -270,6 +271,41 @@ pub fn crd_yaml<K: CustomResourceExt>() -> Result<String, Error> {
         what: "CRD".to_owned(),
         source: serde::ser::Error::custom(e),
     })
+}
+
+/// Keeps `/readyz` up to date with the scopes' watches (see [`namespaces::readiness`]) until
+/// the watches end.
+async fn report_readiness(
+    mut statuses: Vec<tokio::sync::watch::Receiver<ScopeStatus>>,
+    ready: Readiness,
+) {
+    if statuses.is_empty() {
+        return;
+    }
+    let mut was = (false, String::new());
+    loop {
+        let now: Vec<ScopeStatus> = statuses
+            .iter_mut()
+            .map(|s| s.borrow_and_update().clone())
+            .collect();
+        let (is_ready, detail) = namespaces::readiness(&now);
+        if (is_ready, &detail) != (was.0, &was.1) {
+            if is_ready && !was.0 {
+                tracing::info!("watches synced; ready");
+            }
+            if !detail.is_empty() {
+                tracing::info!(%detail, ready = is_ready, "watch status");
+            }
+            ready.set_detail(detail.clone());
+            ready.set(is_ready);
+            was = (is_ready, detail);
+        }
+        let changes = statuses.iter_mut().map(|s| Box::pin(s.changed()));
+        if futures::future::select_all(changes).await.0.is_err() {
+            // A scope's watches ended: shutting down.
+            return;
+        }
+    }
 }
 
 /// Runs one reconcile with its metrics, resetting the object's backoff on success.
