@@ -410,19 +410,31 @@ where
         + DeserializeOwned
         + Debug,
 {
-    let scope = Scope::new(client.clone(), watch.scopes().into_iter().next().flatten());
-    match scope
-        .api::<K>()
-        .list_metadata(&ListParams::default().limit(1))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Err(Error::CrdNotInstalled {
-            crd: format!("{}.{}", K::plural(&()), K::group(&())),
-            operator: operator.to_owned(),
-        }),
-        Err(e) => Err(Error::Kube(e)),
+    // Asked in each watched namespace until one answers: a namespace this operator may
+    // not read (its RoleBinding gone) must not stop it from serving the others.
+    let mut forbidden = None;
+    for namespace in watch.scopes() {
+        let scope = Scope::new(client.clone(), namespace.clone());
+        match scope
+            .api::<K>()
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Err(Error::CrdNotInstalled {
+                    crd: format!("{}.{}", K::plural(&()), K::group(&())),
+                    operator: operator.to_owned(),
+                });
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(namespace = namespace.as_deref().unwrap_or("<all namespaces>"), error = %s, "cannot list in a watched namespace");
+                forbidden = Some(kube::Error::Api(s));
+            }
+            Err(e) => return Err(Error::Kube(e)),
+        }
     }
+    forbidden.map_or(Ok(()), |e| Err(Error::Kube(e)))
 }
 
 /// A future that resolves on the first SIGTERM or SIGINT (cloneable, `Sync`).
