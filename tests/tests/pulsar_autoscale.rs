@@ -358,7 +358,10 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
     );
     let pc_now = ns.api::<PulsarConsumer>().get("drain").await?;
     let s = pc_now.status.clone().unwrap_or_default();
-    ensure!(s.desired_replicas == Some(3) && s.last_scale_time == scaled_at);
+    ensure!(
+        s.desired_replicas == Some(3) && s.last_scale_time == scaled_at,
+        "the autoscaler's count and lastScaleTime kept while the backlog is unknown: {s:?}"
+    );
     ensure!(
         s.backlog == Some(BACKLOG as i64),
         "the last backlog read is kept"
