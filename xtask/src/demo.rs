@@ -89,6 +89,8 @@ fn real_cluster() -> bool {
 
 /// Runs the demo.
 pub fn run(args: &DemoArgs) -> Result<()> {
+    crate::deps::ensure_debian(&crate::deps::BUILD)?;
+    crate::deps::ensure_debian(&crate::deps::DEMO)?;
     if !args.local && real_cluster() {
         return run_on_real_cluster(args);
     }

