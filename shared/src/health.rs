@@ -510,8 +510,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.to_string()
-                .contains("nonexistent-cert-dir/serving.crt"),
+            err.to_string().contains("nonexistent-cert-dir/serving.crt"),
             "{err}"
         );
     }
