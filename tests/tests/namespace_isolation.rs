@@ -1,0 +1,173 @@
+//! Watched namespaces are isolated (the contract): the PodSet operator watches two
+//! namespaces with the namespaced overlay's Role bound in each; one namespace loses its
+//! RoleBinding and the operator restarts. Its watches there fail: that namespace is
+//! logged and named in the `/readyz` body, `/readyz` still answers 200, and the other
+//! namespace keeps converging (a new PodSet, a scale).
+//!
+//! The namespace that breaks sorts first (`nsiso-broken` < `nsiso-working`), so the
+//! operator's first scope is the failing one: startup must not depend on it either.
+
+use anyhow::{Context, Result, ensure};
+use e2e::kinds::{self, wait_podset_ready, wait_podset_replicas_ready};
+use e2e::manifests::{kustomize, of_kind};
+use e2e::operator::{
+    OperatorOptions, OperatorProcess, http_get, install, service_account_kubeconfig_for,
+};
+use e2e::{TIMEOUT, TestNamespace, create_from_json, kubectl_scale, poll, repo_root};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{DeleteParams, PostParams};
+use podset_operator::api::PodSet;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+const OPERATOR: &str = "podset-operator";
+
+/// The rules of the operator's Role in the namespaced overlay.
+fn overlay_role_rules() -> Result<Value> {
+    let objects = kustomize(&repo_root().join("deploy").join(OPERATOR).join("namespaced"))?;
+    of_kind(&objects, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == OPERATOR)
+        .map(|r| r["rules"].clone())
+        .context("the namespaced overlay has no Role named after the operator")
+}
+
+/// A ServiceAccount in `home` bound to the overlay's Role in each of `namespaces`;
+/// returns a kubeconfig with its token.
+async fn scoped_identity(home: &TestNamespace, namespaces: &[&TestNamespace]) -> Result<PathBuf> {
+    let rules = overlay_role_rules()?;
+    let sa_name = format!("{OPERATOR}-isolated");
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa_name}}))?;
+    home.api::<ServiceAccount>()
+        .create(&PostParams::default(), &sa)
+        .await?;
+    for ns in namespaces {
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": OPERATOR},
+            "rules": rules,
+        }))?;
+        ns.api::<Role>()
+            .create(&PostParams::default(), &role)
+            .await?;
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": OPERATOR},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": OPERATOR},
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": home.name}],
+        }))?;
+        ns.api::<RoleBinding>()
+            .create(&PostParams::default(), &binding)
+            .await?;
+    }
+    service_account_kubeconfig_for(&home.name, &sa_name)
+}
+
+async fn start(kubeconfig: &Path, namespaces: [&TestNamespace; 2]) -> Result<OperatorProcess> {
+    OperatorProcess::start_with(
+        OPERATOR,
+        &[&namespaces[0].name, &namespaces[1].name],
+        OperatorOptions {
+            kubeconfig: Some(kubeconfig.to_path_buf()),
+            ..OperatorOptions::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_namespace_whose_watches_fail_does_not_stop_the_others() -> Result<()> {
+    install(OPERATOR)?;
+    let broken = TestNamespace::restricted("nsiso-broken").await?;
+    let working = TestNamespace::restricted("nsiso-working").await?;
+    ensure!(
+        broken.name < working.name,
+        "the failing namespace must sort first"
+    );
+    let kubeconfig = scoped_identity(&working, &[&broken, &working]).await?;
+
+    // Both namespaces served while both are bound.
+    let op = start(&kubeconfig, [&broken, &working]).await?;
+    create_from_json::<PodSet>(&broken, kinds::podset("before", 1)).await?;
+    create_from_json::<PodSet>(&working, kinds::podset("before", 1)).await?;
+    for ns in [&broken, &working] {
+        wait_podset_ready(ns, "before")
+            .await
+            .with_context(|| format!("operator log:\n{}", op.log()))?;
+    }
+    drop(op);
+
+    // The broken namespace loses its RoleBinding; the operator restarts.
+    broken
+        .api::<RoleBinding>()
+        .delete(OPERATOR, &DeleteParams::default())
+        .await?;
+    // RBAC takes effect at once for new requests; a restart re-lists everything.
+    let op = start(&kubeconfig, [&broken, &working]).await?;
+
+    // Ready (start waited for /readyz 200), and the body names the failing namespace.
+    let port = op.health_port;
+    let broken_name = broken.name.clone();
+    let body = poll("/readyz naming the failing namespace", TIMEOUT, || {
+        let broken_name = broken_name.clone();
+        async move {
+            let (code, body) = http_get(port, "/readyz")?;
+            Ok(
+                (code == 200 && body.contains(&broken_name) && body.contains("failing"))
+                    .then_some(body),
+            )
+        }
+    })
+    .await
+    .with_context(|| format!("operator log:\n{}", op.log()))?;
+    ensure!(
+        !body.contains(&working.name),
+        "/readyz blames {}: {body}",
+        working.name
+    );
+
+    // A PodSet in the broken namespace, created before the working namespace's changes:
+    // by the time those converged, it would have been reconciled if it could be.
+    create_from_json::<PodSet>(&broken, kinds::podset("unseen", 1)).await?;
+
+    // The working namespace converges: a new PodSet, and a scale of the old one.
+    create_from_json::<PodSet>(&working, kinds::podset("after", 2)).await?;
+    wait_podset_ready(&working, "after")
+        .await
+        .with_context(|| format!("operator log:\n{}", op.log()))?;
+    kubectl_scale(&working, "podset", "before", 3)?;
+    wait_podset_replicas_ready(&working, "before", 3, TIMEOUT)
+        .await
+        .with_context(|| format!("operator log:\n{}", op.log()))?;
+
+    // The failure is logged, naming the namespace.
+    let log = op.log();
+    ensure!(
+        log.lines()
+            .any(|l| l.contains("watch failing") && l.contains(&broken.name)),
+        "no warning naming {} in the operator log:\n{log}",
+        broken.name
+    );
+
+    // Nothing happened in the broken namespace: the PodSet created there got no pods and
+    // no status (the operator cannot see it).
+    let after = working.api::<PodSet>().get("after").await?;
+    ensure!(
+        after.status.is_some(),
+        "the working namespace's PodSet has no status"
+    );
+    let unseen = broken.api::<PodSet>().get("unseen").await?;
+    ensure!(
+        unseen.status.is_none(),
+        "a PodSet in the namespace the operator cannot read was reconciled: {:?}",
+        unseen.status
+    );
+    let pods = broken
+        .api::<Pod>()
+        .list(&kube::api::ListParams::default().labels("app=unseen"))
+        .await?;
+    ensure!(
+        pods.items.is_empty(),
+        "pods were created for the unseen PodSet"
+    );
+    Ok(())
+}
