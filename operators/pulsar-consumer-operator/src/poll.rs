@@ -29,6 +29,7 @@ use tokio::sync::broadcast;
 use crate::{
     PulsarConsumer,
     admin::{AdminClient, AdminError, Target},
+    autoscale::History,
 };
 
 /// How long one read of the admin API may take, connection included.
@@ -81,6 +82,9 @@ struct Inner {
     trigger: broadcast::Sender<ObjectRef<PulsarConsumer>>,
     tasks: Mutex<HashMap<ObjectRef<PulsarConsumer>, Task>>,
     consumers: ScopedStores<PulsarConsumer>,
+    /// What the autoscaler remembers, by UID (a PulsarConsumer deleted and created again
+    /// under the same name starts afresh). Forgotten with the poller.
+    histories: Mutex<HashMap<String, History>>,
     next_id: AtomicU64,
 }
 
@@ -116,6 +120,7 @@ impl Pollers {
                 trigger,
                 tasks: Mutex::new(HashMap::new()),
                 consumers: ScopedStores::default(),
+                histories: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
             }),
         }
@@ -196,7 +201,7 @@ impl Pollers {
         None
     }
 
-    /// Stops the task of `pc`, if any.
+    /// Stops the task of `pc`, if any, and forgets its autoscaler history.
     pub fn stop(&self, pc: &PulsarConsumer) {
         let key = ObjectRef::from_obj(pc);
         if let Ok(mut tasks) = self.inner.tasks.lock()
@@ -204,6 +209,22 @@ impl Pollers {
         {
             task.handle.abort();
         }
+        if let Ok(mut h) = self.inner.histories.lock() {
+            h.remove(&pc.uid().unwrap_or_default());
+        }
+    }
+
+    /// Runs `f` on the autoscaler history of `pc` (created empty); `None` if the lock is
+    /// poisoned.
+    pub fn with_history<T>(
+        &self,
+        pc: &PulsarConsumer,
+        f: impl FnOnce(&mut History) -> T,
+    ) -> Option<T> {
+        let mut histories = self.inner.histories.lock().ok()?;
+        Some(f(histories
+            .entry(pc.uid().unwrap_or_default())
+            .or_default()))
     }
 
     /// How many tasks run (for tests and logs).
@@ -248,6 +269,9 @@ async fn run(
     loop {
         if !still_wanted(&inner, &key, &uid) {
             tracing::debug!(%object, "autoscaling ended; backlog poller stops");
+            if let Ok(mut h) = inner.histories.lock() {
+                h.remove(&uid);
+            }
             break;
         }
         let result = match tokio::time::timeout(
@@ -309,5 +333,72 @@ mod tests {
         assert_eq!(next_wait(s(2), 40), MAX_BACKOFF);
         // An interval longer than the cap is never shortened.
         assert_eq!(next_wait(s(600), 5), s(600));
+    }
+
+    fn autoscaled(ns: &str, name: &str) -> PulsarConsumer {
+        let spec: crate::PulsarConsumerSpec = serde_json::from_value(serde_json::json!({
+            "serverAddress": "pulsar://127.0.0.1:6650",
+            "topic": "t",
+            "subscriptionName": "s",
+            "replicas": 1,
+            "autoscaling": {"maxReplicas": 3, "targetBacklogPerReplica": 10}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut pc = PulsarConsumer::new(name, spec);
+        pc.metadata.namespace = Some(ns.into());
+        pc.metadata.uid = Some(format!("uid-{name}"));
+        pc
+    }
+
+    #[tokio::test]
+    async fn triggers_only_for_the_scopes_namespace() {
+        use futures::StreamExt;
+        let pollers = Pollers::new();
+        let mut in_a = Box::pin(pollers.triggers(Some("a".into())));
+        let mut all = Box::pin(pollers.triggers(None));
+        for ns in ["b", "a"] {
+            let sent = pollers.inner.trigger.send(ObjectRef::new("x").within(ns));
+            assert!(sent.is_ok());
+        }
+        let first = in_a.next().await.unwrap_or_else(|| panic!("closed"));
+        assert_eq!(first.namespace.as_deref(), Some("a"));
+        let first = all.next().await.unwrap_or_else(|| panic!("closed"));
+        assert_eq!(first.namespace.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn a_poller_without_its_object_stops_and_forgets() {
+        let pollers = Pollers::new();
+        let pc = autoscaled("ns", "gone");
+        assert_eq!(
+            pollers.with_history(&pc, |h| h.replicas = Some(3)),
+            Some(())
+        );
+        let settings = Settings {
+            // Nothing is read: the object is not in any cache, so the task ends first.
+            target: Target {
+                admin_url: "http://127.0.0.1:9".into(),
+                topic: crate::admin::parse_topic("t").unwrap_or_else(|| panic!()),
+                subscription: "s".into(),
+            },
+            interval: Duration::from_secs(1),
+        };
+        assert_eq!(pollers.ensure(&pc, settings), None, "no reading yet");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while pollers.running() > 0 || pollers.inner.tasks.lock().map(|t| t.len()).unwrap_or(1) > 0
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the poller still runs"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(pollers.with_history(&pc, |h| h.replicas), Some(None));
+
+        // stop() forgets too.
+        let other = autoscaled("ns", "other");
+        let _ = pollers.with_history(&other, |h| h.replicas = Some(2));
+        pollers.stop(&other);
+        assert_eq!(pollers.with_history(&other, |h| h.replicas), Some(None));
     }
 }

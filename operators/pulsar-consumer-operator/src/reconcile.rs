@@ -6,11 +6,7 @@
 //! (`shared::ownership`): it is a condition (`NameConflict`) looked at again with a backoff
 //! of its own.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
@@ -75,11 +71,9 @@ pub struct Context {
     /// How long to wait before looking again at a Deployment name held by someone else,
     /// per PulsarConsumer (5 s doubling to 5 min).
     pub conflicts: ErrorBackoff,
-    /// The backlog pollers of the autoscaled PulsarConsumers.
+    /// The backlog pollers of the autoscaled PulsarConsumers, and what the autoscaler
+    /// remembers of each.
     pub pollers: Pollers,
-    /// What the autoscaler remembers per PulsarConsumer (by UID: a PulsarConsumer deleted
-    /// and created again under the same name starts afresh).
-    pub histories: Mutex<HashMap<String, History>>,
 }
 
 impl Context {
@@ -94,16 +88,12 @@ impl Context {
                 .unwrap_or_else(|| desired::DEFAULT_IMAGE.to_owned()),
             conflicts: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
             pollers: Pollers::new(),
-            histories: Mutex::new(HashMap::new()),
         }
     }
 
     /// Stops autoscaling `pc`: its poller and what the autoscaler remembered.
     fn forget(&self, pc: &PulsarConsumer) {
         self.pollers.stop(pc);
-        if let Ok(mut h) = self.histories.lock() {
-            h.remove(&history_key(pc));
-        }
     }
 }
 
@@ -303,13 +293,16 @@ fn autoscale(
             .ok()
             .map(|&backlog| Reading { at: o.at, backlog })
     });
-    let Ok(mut histories) = ctx.histories.lock() else {
-        return None;
+    let decide = |history: &mut History| {
+        let current = current_replicas(pc, history, &policy, deployment);
+        let decision = autoscale::decide(&policy, history, current, reading, now.as_second());
+        history.replicas = Some(decision.replicas);
+        (decision, current)
     };
-    let history = histories.entry(history_key(pc)).or_default();
-    let current = current_replicas(pc, history, &policy, deployment);
-    let decision = autoscale::decide(&policy, history, current, reading, now.as_second());
-    history.replicas = Some(decision.replicas);
+    let (decision, current) = ctx
+        .pollers
+        .with_history(pc, decide)
+        .unwrap_or_else(|| decide(&mut History::default()));
     Some((
         desired::Scaling {
             reading: observation.map(|o| o.result.map_err(|e| (e.reason(), e.to_string()))),
@@ -329,14 +322,16 @@ fn no_reading(
     now: jiff::Timestamp,
     message: String,
 ) -> (desired::Scaling, i32) {
-    let mut fallback = History::default();
-    let mut histories = ctx.histories.lock().ok();
-    let history = histories
-        .as_mut()
-        .map_or(&mut fallback, |h| h.entry(history_key(pc)).or_default());
-    let current = current_replicas(pc, history, policy, deployment);
-    let decision = autoscale::decide(policy, history, current, None, now.as_second());
-    history.replicas = Some(decision.replicas);
+    let decide = |history: &mut History| {
+        let current = current_replicas(pc, history, policy, deployment);
+        let decision = autoscale::decide(policy, history, current, None, now.as_second());
+        history.replicas = Some(decision.replicas);
+        (decision, current)
+    };
+    let (decision, current) = ctx
+        .pollers
+        .with_history(pc, decide)
+        .unwrap_or_else(|| decide(&mut History::default()));
     (
         desired::Scaling {
             reading: Some(Err((REASON_INVALID_AUTOSCALING, message))),
@@ -345,11 +340,6 @@ fn no_reading(
         },
         current,
     )
-}
-
-/// The key of `pc`'s autoscaler history: its UID.
-fn history_key(pc: &PulsarConsumer) -> String {
-    pc.uid().unwrap_or_else(|| pc.name_any())
 }
 
 /// The count the autoscaler starts from: its own last decision in this process, else the
