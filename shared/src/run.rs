@@ -184,7 +184,9 @@ impl Operator {
                     // An error means the runner is shutting down; the reconcile then runs on
                     // whatever the caches hold, as before.
                     let _ = synced.wait_for(ScopeStatus::synced).await;
-                    if let Gate::Wait(wait) = debounce.check(&key, Instant::now()) {
+                    // tokio's clock (the same as std's outside paused-time tests).
+                    let now = tokio::time::Instant::now().into_std();
+                    if let Gate::Wait(wait) = debounce.check(&key, now) {
                         return Ok(Action::requeue(wait));
                     }
                     let _worker = queued.start();
@@ -474,6 +476,99 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("failed")]
     struct Failed;
+
+    /// Runs kube's applier (its scheduler, with `kube_debounce`) on one object triggered
+    /// every 200 ms for 10 s; the reconciler asks `gate` first, as the runner's wrapper
+    /// does. Returns when (since the start) reconciles ran, over 12 virtual seconds.
+    async fn reconciles_under_constant_events(
+        kube_debounce: Duration,
+        gate: Debounce,
+    ) -> Vec<Duration> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::{
+            applier,
+            reflector::{self, ObjectRef},
+            watcher,
+        };
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("o".into());
+        cm.metadata.namespace = Some("ns".into());
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(cm.clone()));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let start = tokio::time::Instant::now();
+        let obj_ref = ObjectRef::from_obj(&cm);
+        let triggers = futures::stream::unfold(0u32, move |i| {
+            let obj_ref = obj_ref.clone();
+            async move {
+                if i > 50 {
+                    return None;
+                }
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Some((Ok::<_, std::convert::Infallible>(obj_ref), i + 1))
+            }
+        })
+        .chain(futures::stream::pending());
+        let gate = Arc::new(gate);
+        let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reconciler = {
+            let runs = runs.clone();
+            move |_obj: Arc<ConfigMap>, _ctx: Arc<()>| {
+                let (gate, runs) = (gate.clone(), runs.clone());
+                async move {
+                    let now = tokio::time::Instant::now();
+                    if let Gate::Wait(wait) = gate.check("ns/o", now.into_std()) {
+                        return Ok(Action::requeue(wait));
+                    }
+                    runs.lock().unwrap().push(now - start);
+                    Ok::<_, Failed>(Action::await_change())
+                }
+                .boxed()
+            }
+        };
+        let run = applier(
+            reconciler,
+            |_, _, _| Action::await_change(),
+            Arc::new(()),
+            store,
+            triggers,
+            controller::Config::default().debounce(kube_debounce),
+        )
+        .for_each(|_| std::future::ready(()));
+        let _ = tokio::time::timeout(Duration::from_secs(12), run).await;
+        runs.lock().unwrap().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn constant_events_still_reconcile_every_5_s_with_kubes_scheduler() {
+        let quiet = Duration::from_millis(500);
+        // As the runner sets it up: no debounce in kube, the bounded one in front.
+        let runs = reconciles_under_constant_events(
+            Duration::ZERO,
+            Debounce::new(quiet, MAX_DEBOUNCE_WAIT),
+        )
+        .await;
+        assert!(runs.len() >= 2, "{runs:?}");
+        assert!(runs[0] <= Duration::from_millis(5_100), "{runs:?}");
+        for pair in runs.windows(2) {
+            assert!(
+                pair[1] - pair[0] <= Duration::from_millis(5_300),
+                "{runs:?}"
+            );
+        }
+        // The events stop at 10 s; the last reconcile has seen them all.
+        assert!(*runs.last().unwrap() >= Duration::from_secs(10), "{runs:?}");
+
+        // kube's own trailing debounce: nothing until the events stop.
+        let unbounded =
+            reconciles_under_constant_events(quiet, Debounce::new(Duration::ZERO, Duration::ZERO))
+                .await;
+        assert_eq!(unbounded.len(), 1, "{unbounded:?}");
+        assert!(unbounded[0] >= Duration::from_secs(10), "{unbounded:?}");
+    }
 
     #[tokio::test]
     async fn a_panicking_reconcile_is_recovered_counted_and_retried() {
