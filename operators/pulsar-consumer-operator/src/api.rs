@@ -411,4 +411,55 @@ mod tests {
         assert_eq!(scale.spec_replicas_path, ".spec.replicas");
         assert_eq!(scale.status_replicas_path, ".status.currentReplicas");
     }
+
+    #[test]
+    fn autoscaling_is_validated_in_the_schema() {
+        let crd = serde_json::to_value(PulsarConsumer::crd()).unwrap();
+        let autoscaling = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["autoscaling"];
+        let rules = autoscaling["x-kubernetes-validations"].as_array().unwrap();
+        assert_eq!(rules[0]["rule"], "self.minReplicas <= self.maxReplicas");
+        assert_eq!(rules[0]["fieldPath"], ".minReplicas");
+        let props = &autoscaling["properties"];
+        assert_eq!(props["minReplicas"]["default"], 1);
+        assert_eq!(props["minReplicas"]["minimum"], 0.0);
+        assert_eq!(props["targetBacklogPerReplica"]["minimum"], 1.0);
+        assert_eq!(props["pollIntervalSeconds"]["default"], 15);
+        assert_eq!(
+            props["behavior"]["properties"]["scaleDownStabilizationSeconds"]["default"],
+            300
+        );
+        let required: Vec<&str> = autoscaling["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert_eq!(required, ["maxReplicas", "targetBacklogPerReplica"]);
+        check(
+            ADMIN_URL_PATTERN,
+            &[
+                "http://pulsar-broker.pulsar:8080",
+                "https://10.0.0.7:8443/",
+                "http://[::1]:18080",
+            ],
+            &[
+                "http://broker",
+                "ftp://broker:21",
+                "http://broker:8080/admin",
+                "http://user@broker:8080",
+                "",
+            ],
+        );
+        // The defaults of a minimal spec, as the API server fills them in.
+        let a: Autoscaling = serde_json::from_value(serde_json::json!({
+            "maxReplicas": 2, "targetBacklogPerReplica": 5
+        }))
+        .unwrap();
+        assert_eq!((a.min_replicas, a.poll_interval_seconds), (1, 15));
+        assert_eq!(
+            ScalingBehavior::default().scale_down_stabilization_seconds,
+            300
+        );
+    }
 }
