@@ -36,8 +36,10 @@ async fn wait_ready(ns: &TestNamespace, replicas: i32) -> Result<()> {
 #[tokio::test]
 async fn operator_recovers_from_etcd_and_api_server_restarts() -> Result<()> {
     if std::env::var_os("E2E_LOCAL_CLUSTER").is_none() {
-        eprintln!("skipped: needs the local cluster (cargo xtask test sets E2E_LOCAL_CLUSTER)");
-        return Ok(());
+        return e2e::skip(
+            "operator_recovers_from_etcd_and_api_server_restarts",
+            "needs the local cluster (cargo xtask test sets E2E_LOCAL_CLUSTER)",
+        );
     }
     let ns = TestNamespace::new("restart").await?;
     let mut op = OperatorProcess::start("podset-operator", &[&ns.name]).await?;

@@ -230,8 +230,11 @@ fn start(dirs: &Dirs, ports: Ports, fresh_data: bool) -> Result<PulsarInfo> {
 
     // Fresh configuration for every start; empty data unless restarting.
     let conf = dirs.state.join("standalone.conf");
-    fs::write(&conf, render_conf(CONF_TEMPLATE, &ports, advertised_address()))
-        .with_context(|| format!("writing {}", conf.display()))?;
+    fs::write(
+        &conf,
+        render_conf(CONF_TEMPLATE, &ports, advertised_address()),
+    )
+    .with_context(|| format!("writing {}", conf.display()))?;
     let log4j2 = dirs.state.join("log4j2.xml");
     fs::write(&log4j2, LOG4J2).with_context(|| format!("writing {}", log4j2.display()))?;
     if fresh_data {

