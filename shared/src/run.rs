@@ -379,6 +379,10 @@ fn on_controller_result<K: Resource, E: ReconcileError>(
             tracing::debug!(controller, object = %obj, "object gone before reconcile");
         }
         Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
+        // A failing watch: already logged with its namespace by the scope (`Scope::reflect`).
+        Err(controller::Error::QueueError(error)) => {
+            tracing::debug!(controller, %error, "watch error");
+        }
         Err(error) => tracing::warn!(controller, %error, "controller error"),
     }
 }
