@@ -156,7 +156,7 @@ async fn memcached_converges_scales_and_repairs() -> Result<()> {
     let c = &pod_spec.containers[0];
     assert_eq!(
         c.command.clone().unwrap_or_default(),
-        ["memcached", "-m=64", "-o", "modern", "-v"]
+        ["memcached", "-m", "64", "-o", "modern", "-v"]
     );
     assert_eq!(
         c.ports.as_ref().and_then(|p| p[0].name.clone()).as_deref(),

@@ -34,7 +34,10 @@ pub const CONTAINER: &str = "memcached";
 /// The non-root user memcached runs as (as in the Go original).
 pub const POD_USER: i64 = 1001;
 /// The memcached command line (64 MB of item memory, modern defaults, verbose).
-pub const COMMAND: [&str; 5] = ["memcached", "-m=64", "-o", "modern", "-v"];
+/// `-m 64`, not the tutorial's `-m=64`: memcached parses the latter as 0 MB
+/// and, before 1.6.2x, exits ("Cannot set item size limit higher than 1/2 of
+/// memory max"), as Debian's 1.6.18 did when the pods first really ran.
+pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
 
 /// Why a Memcached is `Degraded`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +100,7 @@ fn metadata(mc: &Memcached, owner: OwnerReference) -> ObjectMeta {
 }
 
 /// The Deployment of `mc`: named after it, `size` replicas of `image` running
-/// `memcached -m=64 -o modern -v` as user 1001 under the `restricted` Pod Security
+/// `memcached -m 64 -o modern -v` as user 1001 under the `restricted` Pod Security
 /// Standard, with a read-only root filesystem and no service account token.
 #[must_use]
 pub fn desired_deployment(mc: &Memcached, owner: OwnerReference, image: &str) -> Deployment {
@@ -118,7 +121,7 @@ pub fn desired_deployment(mc: &Memcached, owner: OwnerReference, image: &str) ->
                 ("cpu".to_owned(), Quantity("50m".to_owned())),
                 ("memory".to_owned(), Quantity("64Mi".to_owned())),
             ])),
-            // -m=64 caps the item memory; connections and slabs need headroom.
+            // -m 64 caps the item memory; connections and slabs need headroom.
             limits: Some(BTreeMap::from([(
                 "memory".to_owned(),
                 Quantity("128Mi".to_owned()),
@@ -474,7 +477,7 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("memcached:1.6.38-alpine"));
         assert_eq!(
             c.command.clone().unwrap(),
-            ["memcached", "-m=64", "-o", "modern", "-v"]
+            ["memcached", "-m", "64", "-o", "modern", "-v"]
         );
         let port = &c.ports.as_ref().unwrap()[0];
         assert_eq!(port.container_port, 11211);
