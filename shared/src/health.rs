@@ -1,6 +1,6 @@
 //! The HTTP endpoints: `/metrics` on the metrics address, `/healthz` and `/readyz` on the
 //! health-probe address (both on one listener when the addresses are equal and metrics
-//! are plain HTTP). Every server runs [`http_serving`]'s loop: header-read and idle
+//! are plain HTTP). Every server runs [`crate::serving`]'s loop: header-read and idle
 //! timeouts, a connection limit and a body limit ([`LIMITS`]).
 
 use std::{
@@ -16,7 +16,7 @@ use axum::{
     Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
 };
 
-use http_serving::Limits;
+use crate::serving::Limits;
 use kube::Client;
 
 use crate::{
@@ -255,7 +255,7 @@ pub async fn serve(
         match security {
             MetricsSecurity::Plain => {
                 tracing::info!(%addr, "serving {what} (http)");
-                tokio::spawn(http_serving::serve_plain(
+                tokio::spawn(crate::serving::serve_plain(
                     listener,
                     router,
                     limits,
@@ -268,7 +268,7 @@ pub async fn serve(
                     authorizer,
                     metrics_auth::require_authorized,
                 ));
-                tokio::spawn(http_serving::serve(
+                tokio::spawn(crate::serving::serve(
                     listener,
                     router,
                     limits,

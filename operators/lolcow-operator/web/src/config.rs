@@ -61,12 +61,12 @@ impl Config {
     }
 
     /// The serving limits from the flags.
-    pub fn limits(&self) -> http_serving::Limits {
-        http_serving::Limits {
+    pub fn limits(&self) -> shared::serving::Limits {
+        shared::serving::Limits {
             header_read_timeout: self.header_read_timeout,
             max_connections: self.max_connections,
             max_body_bytes: self.max_body_bytes,
-            ..http_serving::Limits::DEFAULT
+            ..shared::serving::Limits::DEFAULT
         }
     }
 }

@@ -30,7 +30,7 @@ async fn main() -> anyhow::Result<()> {
 
     let limits = config.limits();
     tracing::debug!(?limits, "serving limits");
-    http_serving::serve_plain(
+    shared::serving::serve_plain(
         listener,
         server::router(&greeting),
         limits,
