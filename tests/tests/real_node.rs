@@ -12,7 +12,7 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::kinds::{self, free_node_port};
-use e2e::pulsar::{self, expected_payloads, parse_received, payload_counts, unique_topic};
+use e2e::pulsar::{self, expected_payloads, payload_counts, unique_topic};
 use e2e::{
     TestNamespace, create_from_json, kubeconfig_path, kubectl_ok, place_namespace, poll, repo_root,
 };
@@ -506,6 +506,25 @@ async fn lolcow_operator_image_serves_the_cow_page_on_its_node_port() -> Result<
     Ok(())
 }
 
+/// The `message received` lines of a consumer pod's log (its default text
+/// format: `... message received topic="..." id="..." payload="..."`).
+fn received_in_text_log(log: &str) -> Vec<pulsar::Received> {
+    let field = |line: &str, key: &str| -> Option<String> {
+        let start = line.find(&format!("{key}=\""))? + key.len() + 2;
+        let end = start + line[start..].find('"')?;
+        Some(line[start..end].to_owned())
+    };
+    log.lines()
+        .filter(|l| l.contains("message received"))
+        .filter_map(|l| {
+            Some(pulsar::Received {
+                payload: field(l, "payload")?,
+                id: field(l, "id")?,
+            })
+        })
+        .collect()
+}
+
 /// Consumers that run as pods receive each message once and follow scaling.
 #[tokio::test(flavor = "multi_thread")]
 async fn pulsar_consumer_operator_image_consumes_from_the_real_broker() -> Result<()> {
@@ -538,7 +557,7 @@ async fn pulsar_consumer_operator_image_consumes_from_the_real_broker() -> Resul
             for pod in pods(&client, &ns.name, selector).await? {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 let log = kubectl_ok(["logs", "-n", &ns.name, &name])?;
-                logs.push(parse_received(&log));
+                logs.push(received_in_text_log(&log));
             }
             let counts = payload_counts(logs.iter().map(Vec::as_slice));
             Ok((counts.len() as u64 == count).then_some((counts, logs.len())))
