@@ -146,9 +146,18 @@ fn image_is_valid_for_skopeo_and_umoci() -> Result<()> {
 
     let scratch = Scratch::new("unpack")?;
     let bundle = scratch.0.join("bundle");
+    // umoci unpacks one manifest, not an index (the tag would be ambiguous):
+    // skopeo picks this machine's platform from the index first.
+    let host = scratch.0.join("host");
+    run(Command::new("skopeo").args([
+        "copy",
+        "--quiet",
+        &oci,
+        &format!("oci:{}:{tag}", host.display()),
+    ]))?;
     run(Command::new("umoci")
         .args(["unpack", "--rootless", "--image"])
-        .arg(format!("{}:{tag}", layout().display()))
+        .arg(format!("{}:{tag}", host.display()))
         .arg(&bundle))?;
     let rootfs = bundle.join("rootfs");
     let binary = rootfs.join("usr/local/bin").join(NAME);
