@@ -581,9 +581,9 @@ async fn pulsar_consumer_name_taken_by_another_deployment_is_reported() -> Resul
     let api: Api<PulsarConsumer> = ns.api();
     wait_for(&api, "taken", |pc: Option<&PulsarConsumer>| {
         pc.and_then(|pc| pc.status.as_ref()).is_some_and(|s| {
-            s.conditions.iter().any(|c| {
-                c.type_ == "Ready" && c.status == "False" && c.reason == "NameConflict"
-            })
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "NameConflict")
         })
     })
     .await?;
