@@ -211,9 +211,13 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     {
         let note = scale_note(*from, s);
         tracing::info!(from, to = s.decision.replicas, "{note}");
+        // The recorder folds events with the same reason and action into one
+        // series (keeping the first note): the action names the change, so
+        // every different scale is an event of its own.
+        let action = format!("Scale{from}To{}", s.decision.replicas);
         ctx.toolkit
             .events
-            .publish(pc.as_ref(), EventType::Normal, "Scaled", &note, "Scale")
+            .publish(pc.as_ref(), EventType::Normal, "Scaled", &note, &action)
             .await;
     }
     match problem {
