@@ -8,7 +8,7 @@
 //! certificate-directory test is made with `openssl`, which the local cluster needs anyway.
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::operator::{OperatorOptions, OperatorProcess, http_get};
+use e2e::operator::{OperatorOptions, OperatorProcess, http_get, install};
 use e2e::{TIMEOUT, TestNamespace, can_i, kubectl, kubectl_ok, poll, target_dir, unique_suffix};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -109,6 +109,9 @@ struct Scrapers {
 }
 
 async fn scrapers(ns: &TestNamespace) -> Result<Scrapers> {
+    // The ClusterRole comes with the operator's tree; an earlier test binary may
+    // have undeployed it, so install before binding to it.
+    install(OPERATOR)?;
     for sa in ["scraper", "stranger"] {
         kubectl_ok(["create", "serviceaccount", sa, "-n", &ns.name])?;
     }
