@@ -3,8 +3,10 @@
 //! bytes when built twice, and survives a push and a pull unchanged.
 //!
 //! Only `podset-operator` is built here (release builds are slow); every
-//! binary goes through the same code. Needs `skopeo`, `umoci` and
-//! `docker-registry` (Debian packages; `.ci/run` installs them).
+//! binary goes through the same code. The image is built for linux/amd64 and
+//! linux/arm64 (the default); the arm64 binary runs under qemu. Needs
+//! `skopeo`, `umoci`, `docker-registry` and `qemu-aarch64-static` (Debian
+//! packages; `.ci/run` installs them).
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::{repo_root, target_dir, unique_suffix};
@@ -144,9 +146,18 @@ fn image_is_valid_for_skopeo_and_umoci() -> Result<()> {
 
     let scratch = Scratch::new("unpack")?;
     let bundle = scratch.0.join("bundle");
+    // umoci unpacks one manifest, not an index (the tag would be ambiguous):
+    // skopeo picks this machine's platform from the index first.
+    let host = scratch.0.join("host");
+    run(Command::new("skopeo").args([
+        "copy",
+        "--quiet",
+        &oci,
+        &format!("oci:{}:{tag}", host.display()),
+    ]))?;
     run(Command::new("umoci")
         .args(["unpack", "--rootless", "--image"])
-        .arg(format!("{}:{tag}", layout().display()))
+        .arg(format!("{}:{tag}", host.display()))
         .arg(&bundle))?;
     let rootfs = bundle.join("rootfs");
     let binary = rootfs.join("usr/local/bin").join(NAME);
@@ -168,6 +179,161 @@ fn image_is_valid_for_skopeo_and_umoci() -> Result<()> {
     // Static: the binary from the image starts on its own (here: prints its CRD).
     let crd = run(Command::new(&binary).arg("crd"))?;
     assert!(crd.contains("CustomResourceDefinition"), "{crd}");
+    Ok(())
+}
+
+/// The blob `digest` of the OCI layout.
+fn blob(layout: &Path, digest: &str) -> Result<PathBuf> {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .with_context(|| format!("not a sha256 digest: {digest}"))?;
+    Ok(layout.join("blobs/sha256").join(hex))
+}
+
+fn json_blob(layout: &Path, digest: &str) -> Result<Value> {
+    Ok(serde_json::from_slice(&std::fs::read(blob(
+        layout, digest,
+    )?)?)?)
+}
+
+/// The binary of the image's `arch` manifest, extracted from its layer into `dir`.
+fn binary_of(layout: &Path, index: &Value, arch: &str, dir: &Path) -> Result<PathBuf> {
+    let manifest = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["platform"]["architecture"] == arch)
+        .and_then(|m| m["digest"].as_str())
+        .with_context(|| format!("no {arch} manifest in {index}"))?;
+    let manifest = json_blob(layout, manifest)?;
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .with_context(|| format!("no layer in {manifest}"))?;
+    let out = dir.join(arch);
+    std::fs::create_dir_all(&out)?;
+    let member = format!("usr/local/bin/{NAME}");
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(blob(layout, layer)?)
+        .arg("-C")
+        .arg(&out)
+        .arg(&member))?;
+    Ok(out.join(member))
+}
+
+/// The ELF machine of an executable (`e_machine`).
+fn elf_machine(binary: &Path) -> Result<u16> {
+    let bytes = std::fs::read(binary)?;
+    ensure!(
+        bytes.starts_with(b"\x7fELF"),
+        "{} is not ELF",
+        binary.display()
+    );
+    let m = bytes.get(18..20).context("truncated ELF")?;
+    Ok(u16::from_le_bytes([m[0], m[1]]))
+}
+
+#[test]
+fn image_index_has_amd64_and_arm64_and_the_arm64_binary_runs() -> Result<()> {
+    need("skopeo", "skopeo")?;
+    need("qemu-aarch64-static", "qemu-user-static")?;
+    let _one = serialized();
+    let tag = format!("e2e-{}", unique_suffix());
+    let printed = xtask_image(&tag, &["--platform", "linux/amd64,linux/arm64"])?;
+    ensure!(
+        printed.contains("linux/amd64") && printed.contains("linux/arm64"),
+        "the command should print both platforms' sizes: {printed}"
+    );
+    let digest = layout_digest(&layout(), &tag)?;
+
+    // skopeo reads the index the layout names for the tag, byte for byte.
+    let oci = format!("oci:{}:{tag}", layout().display());
+    let raw = run(Command::new("skopeo").args(["inspect", "--raw", &oci]))?;
+    let index: Value = serde_json::from_str(&raw)?;
+    assert_eq!(
+        index["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let platforms: Vec<(String, String)> = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+            (
+                m["platform"]["os"].as_str().unwrap_or_default().to_owned(),
+                m["platform"]["architecture"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        platforms,
+        [
+            ("linux".to_owned(), "amd64".to_owned()),
+            ("linux".to_owned(), "arm64".to_owned())
+        ]
+    );
+    let sum = run(Command::new("sha256sum").arg(blob(&layout(), &digest)?))?;
+    assert_eq!(
+        std::fs::read_to_string(blob(&layout(), &digest)?)?,
+        raw,
+        "skopeo --raw is the index blob"
+    );
+    assert!(
+        sum.starts_with(digest.trim_start_matches("sha256:")),
+        "{sum}"
+    );
+    // Each manifest's config names its platform.
+    for m in index["manifests"].as_array().into_iter().flatten() {
+        let manifest = json_blob(&layout(), m["digest"].as_str().unwrap_or_default())?;
+        let config = json_blob(
+            &layout(),
+            manifest["config"]["digest"].as_str().unwrap_or_default(),
+        )?;
+        assert_eq!(config["architecture"], m["platform"]["architecture"]);
+        assert_eq!(config["os"], "linux");
+        assert_eq!(config["config"]["User"], "65532:65532");
+    }
+
+    // The arm64 binary is an aarch64 executable, runs under qemu and prints
+    // exactly the CRD the amd64 one prints.
+    let scratch = Scratch::new("arches")?;
+    let amd64 = binary_of(&layout(), &index, "amd64", &scratch.0)?;
+    let arm64 = binary_of(&layout(), &index, "arm64", &scratch.0)?;
+    assert_eq!(elf_machine(&amd64)?, 62, "EM_X86_64");
+    assert_eq!(elf_machine(&arm64)?, 183, "EM_AARCH64");
+    let crd_amd64 = run(Command::new(&amd64).arg("crd"))?;
+    let crd_arm64 = run(Command::new("qemu-aarch64-static").arg(&arm64).arg("crd"))?;
+    assert!(
+        crd_amd64.contains("CustomResourceDefinition"),
+        "{crd_amd64}"
+    );
+    assert_eq!(crd_arm64, crd_amd64, "the arm64 binary prints the same CRD");
+    Ok(())
+}
+
+#[test]
+fn one_platform_is_a_plain_manifest() -> Result<()> {
+    need("skopeo", "skopeo")?;
+    let _one = serialized();
+    let tag = format!("e2e-{}", unique_suffix());
+    xtask_image(&tag, &["--platform", "linux/amd64"])?;
+    let digest = layout_digest(&layout(), &tag)?;
+    let oci = format!("oci:{}:{tag}", layout().display());
+    let raw: Value = serde_json::from_str(&run(
+        Command::new("skopeo").args(["inspect", "--raw", &oci])
+    )?)?;
+    assert_eq!(
+        raw["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    let inspect: Value =
+        serde_json::from_str(&run(Command::new("skopeo").args(["inspect", &oci]))?)?;
+    assert_eq!(inspect["Digest"], digest.as_str());
+    assert_eq!(inspect["Architecture"], "amd64");
     Ok(())
 }
 

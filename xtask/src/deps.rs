@@ -75,9 +75,10 @@ pub const BUILD: [(&str, &str); 1] = [("protoc", "protobuf-compiler")];
 /// What `cargo xtask test` needs beyond [`BUILD`] and the local cluster's
 /// own packages: curl and openssl (the local cluster), Chromium (the lolcow
 /// page's browser tests), Java and Maven (the real Pulsar broker), the
-/// `kill` program, skopeo, umoci and docker-registry (the image tests), and
-/// the CA bundle every image carries.
-pub const TEST: [(&str, &str); 10] = [
+/// `kill` program, skopeo, umoci, docker-registry and qemu (the image tests;
+/// the arm64 binary runs under `qemu-aarch64-static`), and the CA bundle
+/// every image carries.
+pub const TEST: [(&str, &str); 11] = [
     ("curl", "curl"),
     ("openssl", "openssl"),
     ("chromium", "chromium"),
@@ -87,6 +88,7 @@ pub const TEST: [(&str, &str); 10] = [
     ("skopeo", "skopeo"),
     ("umoci", "umoci"),
     ("docker-registry", "docker-registry"),
+    ("qemu-aarch64-static", "qemu-user-static"),
     ("/etc/ssl/certs/ca-certificates.crt", "ca-certificates"),
 ];
 

@@ -1,5 +1,12 @@
-//! `cargo xtask image <name> [--push <registry>] [--tag <tag>]`: an OCI image
-//! of one binary of the workspace, built without Docker.
+//! `cargo xtask image <name> [--platform linux/amd64,linux/arm64] [--push
+//! <registry>] [--tag <tag>]`: an OCI image of one binary of the workspace,
+//! built without Docker, for linux/amd64 and linux/arm64 by default.
+//!
+//! With several platforms the image is an OCI image index listing one
+//! manifest (config + layer) per platform; its digest is the image's digest.
+//! With one platform it is that platform's manifest alone. The platforms
+//! other than the build machine's are cross-compiled (Debian's cross C
+//! compiler and libc, installed when missing).
 //!
 //! The binary is a fully static release build (glibc with `+crt-static`; TLS
 //! is rustls, so nothing else is needed at run time). The image has one layer
@@ -43,11 +50,101 @@ const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 const MEDIA_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
+/// An OS/architecture pair of an image (`linux/amd64`, `linux/arm64`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Platform {
+    /// The OCI architecture name.
+    pub arch: Arch,
+}
+
+/// The architectures images are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// x86-64.
+    Amd64,
+    /// 64-bit ARM.
+    Arm64,
+}
+
+impl Platform {
+    /// linux/amd64.
+    pub const AMD64: Platform = Platform { arch: Arch::Amd64 };
+    /// linux/arm64.
+    pub const ARM64: Platform = Platform { arch: Arch::Arm64 };
+
+    /// The build machine's platform.
+    pub fn host() -> Result<Platform> {
+        match std::env::consts::ARCH {
+            "x86_64" => Ok(Platform::AMD64),
+            "aarch64" => Ok(Platform::ARM64),
+            other => bail!("images: unsupported architecture {other}"),
+        }
+    }
+
+    /// The OCI architecture (`amd64`, `arm64`).
+    pub fn arch(self) -> &'static str {
+        match self.arch {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    /// The Rust target triple (gnu; linked with a static C runtime).
+    pub fn triple(self) -> &'static str {
+        match self.arch {
+            Arch::Amd64 => "x86_64-unknown-linux-gnu",
+            Arch::Arm64 => "aarch64-unknown-linux-gnu",
+        }
+    }
+
+    /// The cross C compiler (linker) for this platform and the Debian
+    /// packages of it and of its libc.
+    fn cross_toolchain(self) -> (&'static str, [(&'static str, &'static str); 2]) {
+        match self.arch {
+            Arch::Amd64 => (
+                "x86_64-linux-gnu-gcc",
+                [
+                    ("x86_64-linux-gnu-gcc", "gcc-x86-64-linux-gnu"),
+                    ("/usr/x86_64-linux-gnu/lib/libc.a", "libc6-dev-amd64-cross"),
+                ],
+            ),
+            Arch::Arm64 => (
+                "aarch64-linux-gnu-gcc",
+                [
+                    ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+                    ("/usr/aarch64-linux-gnu/lib/libc.a", "libc6-dev-arm64-cross"),
+                ],
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "linux/{}", self.arch())
+    }
+}
+
+impl std::str::FromStr for Platform {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Platform> {
+        match s.trim() {
+            "linux/amd64" => Ok(Platform::AMD64),
+            "linux/arm64" | "linux/arm64/v8" => Ok(Platform::ARM64),
+            other => bail!("unsupported platform {other:?}: linux/amd64 or linux/arm64"),
+        }
+    }
+}
+
 /// Options of `cargo xtask image`.
 #[derive(clap::Args)]
 pub struct ImageArgs {
     /// The binary (= package) to pack: an operator, `lolcow-web` or `pulsar-consumer`.
     pub name: String,
+    /// The platforms, comma-separated: `linux/amd64`, `linux/arm64`.
+    #[arg(long, value_delimiter = ',', default_value = "linux/amd64,linux/arm64")]
+    pub platform: Vec<Platform>,
     /// Push to this registry (`host:port`) as `<registry>/<name>:<tag>`.
     #[arg(long, value_name = "REGISTRY")]
     pub push: Option<String>,
@@ -62,14 +159,16 @@ pub struct Image {
     pub name: String,
     /// The tag recorded in the layout's `index.json`.
     pub tag: String,
-    /// `sha256:...` of the manifest: the image's identity.
+    /// `sha256:...` of the image index (several platforms) or of the
+    /// manifest (one): the image's identity.
     pub digest: String,
     /// The OCI image layout directory.
     pub layout: PathBuf,
     /// The same layout as one tar file.
     pub archive: PathBuf,
-    /// Compressed layer plus config, in bytes (what a pull downloads).
-    pub size: u64,
+    /// The platforms and their compressed layer plus config, in bytes (what
+    /// a pull of that platform downloads).
+    pub platforms: Vec<(String, u64)>,
 }
 
 impl Image {
@@ -81,7 +180,7 @@ impl Image {
 
 /// `cargo xtask image ...`.
 pub fn run(args: &ImageArgs) -> Result<()> {
-    let image = build(&args.name, args.tag.as_deref())?;
+    let image = build_for(&args.name, args.tag.as_deref(), &args.platform)?;
     if let Some(registry) = &args.push {
         push(&image, registry)?;
     }
@@ -144,22 +243,10 @@ fn git_origin() -> Option<String> {
     .filter(|s| !s.is_empty())
 }
 
-/// The Rust target triple and OCI architecture of this machine.
-fn platform() -> Result<(String, &'static str)> {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => bail!("images: unsupported architecture {other}"),
-    };
-    Ok((
-        format!("{}-unknown-linux-gnu", std::env::consts::ARCH),
-        arch,
-    ))
-}
-
-/// Builds the static release binary and returns its path.
+/// Builds the static release binary for the build machine and returns its
+/// path.
 pub fn build_binary(name: &str) -> Result<PathBuf> {
-    let (triple, _) = platform()?;
+    let triple = Platform::host()?.triple();
     println!("image: building {name} (release, static, {triple})");
     // With an explicit --target, RUSTFLAGS reach only the target's code, not
     // build scripts or proc-macros (which must stay dynamic).
@@ -169,12 +256,49 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     cargo
         .current_dir(paths::repo_root())
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .args(["build", "--release", "--target", &triple]);
+        .args(["build", "--release", "--target", triple]);
     for package in known() {
         cargo.args(["-p", package]);
     }
     cmd::run(&mut cargo)?;
-    let binary = paths::target_dir().join(&triple).join("release").join(name);
+    checked_static(paths::target_dir().join(triple).join("release").join(name))
+}
+
+/// Cross-compiles the static release binary `name` (that package alone) for
+/// `platform` and returns its path. Installs the Rust target and Debian's
+/// cross C compiler and libc when missing.
+pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
+    let triple = platform.triple();
+    let (linker, packages) = platform.cross_toolchain();
+    crate::deps::ensure_debian(&packages)?;
+    ensure_rust_target(triple)?;
+    println!("image: building {name} (release, static, {triple}, with {linker})");
+    let upper = triple.to_uppercase().replace('-', "_");
+    let lower = triple.replace('-', "_");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .current_dir(paths::repo_root())
+        .env(format!("CARGO_TARGET_{upper}_LINKER"), linker)
+        .env(format!("CC_{lower}"), linker)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .args(["build", "--release", "--target", triple, "-p", name]);
+    cmd::run(&mut cargo)?;
+    checked_static(paths::target_dir().join(triple).join("release").join(name))
+}
+
+/// `rustup target add <triple>` unless it is installed.
+fn ensure_rust_target(triple: &str) -> Result<()> {
+    let installed = cmd::output(Command::new("rustup").args(["target", "list", "--installed"]))
+        .context("listing the installed Rust targets (rustup)")?;
+    if installed.lines().any(|l| l.trim() == triple) {
+        return Ok(());
+    }
+    println!("deps: rustup target add {triple}");
+    cmd::run(Command::new("rustup").args(["target", "add", triple]))
+}
+
+/// Fails unless `binary` is statically linked; returns its path.
+fn checked_static(binary: PathBuf) -> Result<PathBuf> {
     let bytes = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
     match elf::linking(&bytes)? {
         elf::Linking::Static { pie } => {
@@ -276,15 +400,20 @@ fn descriptor(media_type: &str, blob: &[u8]) -> Value {
 
 /// The blobs and documents of one image, in memory.
 struct Layout {
+    /// Every blob; the last is the manifest (or the image index).
     blobs: Vec<Vec<u8>>,
+    /// The digest of the last blob: the image's.
     manifest_digest: String,
+    /// The layout's `index.json`.
     index: Vec<u8>,
-    size: u64,
+    /// Compressed layer plus config per platform (`linux/amd64`, bytes).
+    sizes: Vec<(String, u64)>,
 }
 
 /// Assembles the image of `binary` (pure: same inputs, same bytes).
 fn assemble(
     name: &str,
+    platform: Platform,
     tag: &str,
     pkg: &Package,
     binary: &[u8],
@@ -306,7 +435,7 @@ fn assemble(
         version: pkg.version.clone(),
         created_by: format!("cargo xtask image {name}"),
     };
-    assemble_spec(spec, tag, epoch)
+    assemble_spec(spec, platform, tag, epoch)
 }
 
 /// Everything an image is made of: its one layer's files and its config.
@@ -331,9 +460,10 @@ pub struct Spec {
     pub created_by: String,
 }
 
-/// Assembles an image from its spec (pure: same inputs, same bytes).
-fn assemble_spec(spec: Spec, tag: &str, epoch: u64) -> Result<Layout> {
-    let (_, arch) = platform()?;
+/// Assembles an image from its spec for one platform (pure: same inputs,
+/// same bytes).
+fn assemble_spec(spec: Spec, platform: Platform, tag: &str, epoch: u64) -> Result<Layout> {
+    let arch = platform.arch();
     let layer_tar = tar::archive(spec.entries, epoch)?;
     let diff_id = sha256(&layer_tar);
     let layer = gzip(&layer_tar)?;
@@ -384,7 +514,49 @@ fn assemble_spec(spec: Spec, tag: &str, epoch: u64) -> Result<Layout> {
         blobs: vec![layer, config, manifest],
         manifest_digest,
         index,
-        size,
+        sizes: vec![(platform.to_string(), size)],
+    })
+}
+
+/// Joins single-platform images into one image index (pure: same inputs,
+/// same bytes). The index blob lists each manifest with its platform; the
+/// layout's `index.json` names the index, tagged `tag`; the index's digest
+/// is the image's.
+fn assemble_index(images: Vec<(Platform, Layout)>, tag: &str) -> Result<Layout> {
+    let mut manifests = Vec::new();
+    let mut blobs: Vec<Vec<u8>> = Vec::new();
+    let mut sizes = Vec::new();
+    for (platform, image) in images {
+        let manifest = image.blobs.last().context("an image without a manifest")?;
+        let mut desc = descriptor(MEDIA_MANIFEST, manifest);
+        desc["platform"] = json!({"architecture": platform.arch(), "os": "linux"});
+        manifests.push(desc);
+        for blob in image.blobs {
+            if !blobs.contains(&blob) {
+                blobs.push(blob);
+            }
+        }
+        sizes.extend(image.sizes);
+    }
+    let index_blob = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_INDEX,
+        "manifests": manifests,
+    }))?;
+    let digest = sha256(&index_blob);
+    let mut desc = descriptor(MEDIA_INDEX, &index_blob);
+    desc["annotations"] = json!({"org.opencontainers.image.ref.name": tag});
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_INDEX,
+        "manifests": [desc],
+    }))?;
+    blobs.push(index_blob);
+    Ok(Layout {
+        blobs,
+        manifest_digest: digest,
+        index,
+        sizes,
     })
 }
 
@@ -405,8 +577,12 @@ fn layout_entries(layout: &Layout) -> Vec<tar::Entry> {
         Entry::dir("blobs", 0o755),
         Entry::dir("blobs/sha256", 0o755),
     ];
+    let mut seen = std::collections::BTreeSet::new();
     for blob in &layout.blobs {
-        entries.push(Entry::file(&blob_path(&sha256(blob)), 0o644, blob.clone()));
+        let path = blob_path(&sha256(blob));
+        if seen.insert(path.clone()) {
+            entries.push(Entry::file(&path, 0o644, blob.clone()));
+        }
     }
     entries
 }
@@ -447,20 +623,60 @@ pub fn images_dir() -> PathBuf {
     paths::target_dir().join("images")
 }
 
-/// Builds the binary and writes its image under `target/images/`.
+/// Builds the binary and writes its image, for the build machine's platform
+/// alone, under `target/images/` (what `cargo xtask deploy` runs locally).
 pub fn build(name: &str, tag: Option<&str>) -> Result<Image> {
+    build_for(name, tag, &[Platform::host()?])
+}
+
+/// Builds the binary for each of `platforms` and writes the image under
+/// `target/images/`: an image index over them (several platforms) or the
+/// platform's manifest (one).
+pub fn build_for(name: &str, tag: Option<&str>, platforms: &[Platform]) -> Result<Image> {
+    let mut wanted: Vec<Platform> = Vec::new();
+    for p in platforms {
+        if !wanted.contains(p) {
+            wanted.push(*p);
+        }
+    }
+    if wanted.is_empty() {
+        bail!("no platform to build for");
+    }
     if !known().contains(&name) {
         bail!("unknown image {name:?}; one of: {}", known().join(", "));
     }
     let pkg = package(name)?;
     let tag = tag.unwrap_or(&pkg.version).to_owned();
     check_tag(&tag)?;
-    let binary = build_binary(name)?;
-    let binary = std::fs::read(&binary)?;
     let ca_bundle = std::fs::read(CA_BUNDLE).with_context(|| {
         format!("reading {CA_BUNDLE}: install the CA bundle first (Debian: apt-get install ca-certificates)")
     })?;
-    let layout = assemble(name, &tag, &pkg, &binary, ca_bundle, source_date_epoch()?)?;
+    let host = Platform::host()?;
+    let epoch = source_date_epoch()?;
+    let mut images = Vec::new();
+    for platform in wanted {
+        let binary = if platform == host {
+            build_binary(name)?
+        } else {
+            build_cross_binary(name, platform)?
+        };
+        let binary = std::fs::read(&binary)?;
+        let image = assemble(
+            name,
+            platform,
+            &tag,
+            &pkg,
+            &binary,
+            ca_bundle.clone(),
+            epoch,
+        )?;
+        images.push((platform, image));
+    }
+    let layout = if images.len() == 1 {
+        images.remove(0).1
+    } else {
+        assemble_index(images, &tag)?
+    };
     write_image(name, &tag, &layout)
 }
 
@@ -479,14 +695,19 @@ fn write_image(name: &str, tag: &str, layout: &Layout) -> Result<Image> {
         digest: layout.manifest_digest.clone(),
         layout: dir,
         archive,
-        size: layout.size,
+        platforms: layout.sizes.clone(),
     };
+    let sizes: Vec<String> = image
+        .platforms
+        .iter()
+        .map(|(platform, size)| format!("{platform} {:.2} MB", mb(*size)))
+        .collect();
     println!(
-        "image: {}:{} {} ({:.2} MB: compressed layer + config)",
+        "image: {}:{} {} ({}: compressed layer + config)",
         image.name,
         image.tag,
         image.digest,
-        mb(image.size)
+        sizes.join(", ")
     );
     println!("image: layout  {}", image.layout.display());
     println!("image: archive {}", image.archive.display());
@@ -555,18 +776,50 @@ mod tests {
 
     #[test]
     fn same_inputs_same_digest() -> Result<()> {
-        let a = assemble("x", "t", &pkg(), b"binary", b"ca".to_vec(), 0)?;
-        let b = assemble("x", "other-tag", &pkg(), b"binary", b"ca".to_vec(), 0)?;
+        let a = assemble(
+            "x",
+            Platform::AMD64,
+            "t",
+            &pkg(),
+            b"binary",
+            b"ca".to_vec(),
+            0,
+        )?;
+        let b = assemble(
+            "x",
+            Platform::AMD64,
+            "other-tag",
+            &pkg(),
+            b"binary",
+            b"ca".to_vec(),
+            0,
+        )?;
         assert_eq!(a.manifest_digest, b.manifest_digest);
         assert_eq!(a.blobs, b.blobs);
-        let c = assemble("x", "t", &pkg(), b"binary2", b"ca".to_vec(), 0)?;
+        let c = assemble(
+            "x",
+            Platform::AMD64,
+            "t",
+            &pkg(),
+            b"binary2",
+            b"ca".to_vec(),
+            0,
+        )?;
         assert_ne!(a.manifest_digest, c.manifest_digest);
         Ok(())
     }
 
     #[test]
     fn config_runs_the_binary_as_nonroot() -> Result<()> {
-        let l = assemble("op", "t", &pkg(), b"bin", b"ca".to_vec(), 0)?;
+        let l = assemble(
+            "op",
+            Platform::AMD64,
+            "t",
+            &pkg(),
+            b"bin",
+            b"ca".to_vec(),
+            0,
+        )?;
         let config: Value = serde_json::from_slice(&l.blobs[1])?;
         assert_eq!(config["config"]["User"], "65532:65532");
         assert_eq!(config["config"]["Entrypoint"], json!(["/usr/local/bin/op"]));
@@ -574,6 +827,102 @@ mod tests {
         let manifest: Value = serde_json::from_slice(&l.blobs[2])?;
         assert_eq!(manifest["config"]["digest"], json!(sha256(&l.blobs[1])));
         assert_eq!(manifest["layers"][0]["digest"], json!(sha256(&l.blobs[0])));
+        Ok(())
+    }
+
+    fn two_platforms(tag: &str) -> Result<Layout> {
+        let amd = assemble("x", Platform::AMD64, tag, &pkg(), b"amd", b"ca".to_vec(), 0)?;
+        let arm = assemble("x", Platform::ARM64, tag, &pkg(), b"arm", b"ca".to_vec(), 0)?;
+        assemble_index(vec![(Platform::AMD64, amd), (Platform::ARM64, arm)], tag)
+    }
+
+    #[test]
+    fn index_lists_both_platforms() -> Result<()> {
+        let l = two_platforms("t")?;
+        let index_blob = l.blobs.last().context("no blob")?;
+        assert_eq!(l.manifest_digest, sha256(index_blob));
+        let index: Value = serde_json::from_slice(index_blob)?;
+        assert_eq!(index["mediaType"], MEDIA_INDEX);
+        assert_eq!(index["schemaVersion"], 2);
+        let manifests = index["manifests"].as_array().context("no manifests")?;
+        assert_eq!(manifests.len(), 2);
+        for (m, arch) in manifests.iter().zip(["amd64", "arm64"]) {
+            assert_eq!(m["mediaType"], MEDIA_MANIFEST);
+            assert_eq!(m["platform"], json!({"architecture": arch, "os": "linux"}));
+            // The manifest is a blob of the layout, and its config names the
+            // same architecture.
+            let manifest = l
+                .blobs
+                .iter()
+                .find(|b| json!(sha256(b)) == m["digest"])
+                .context("manifest blob missing")?;
+            assert_eq!(m["size"], manifest.len());
+            let manifest: Value = serde_json::from_slice(manifest)?;
+            let config = l
+                .blobs
+                .iter()
+                .find(|b| json!(sha256(b)) == manifest["config"]["digest"])
+                .context("config blob missing")?;
+            let config: Value = serde_json::from_slice(config)?;
+            assert_eq!(config["architecture"], arch);
+            assert_eq!(config["os"], "linux");
+        }
+        // The layout's index.json points at the index, tagged.
+        let top: Value = serde_json::from_slice(&l.index)?;
+        assert_eq!(top["manifests"].as_array().map(Vec::len), Some(1));
+        let desc = &top["manifests"][0];
+        assert_eq!(desc["mediaType"], MEDIA_INDEX);
+        assert_eq!(desc["digest"], json!(l.manifest_digest));
+        assert_eq!(desc["size"], index_blob.len());
+        assert_eq!(
+            desc["annotations"]["org.opencontainers.image.ref.name"],
+            "t"
+        );
+        assert_eq!(
+            l.sizes.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+            ["linux/amd64", "linux/arm64"]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn index_digest_is_stable() -> Result<()> {
+        let a = two_platforms("t")?;
+        let b = two_platforms("other-tag")?;
+        assert_eq!(a.manifest_digest, b.manifest_digest);
+        assert_eq!(a.blobs, b.blobs);
+        assert_eq!(a.index, two_platforms("t")?.index);
+        // Another arm64 binary: another index.
+        let amd = assemble("x", Platform::AMD64, "t", &pkg(), b"amd", b"ca".to_vec(), 0)?;
+        let arm = assemble(
+            "x",
+            Platform::ARM64,
+            "t",
+            &pkg(),
+            b"arm2",
+            b"ca".to_vec(),
+            0,
+        )?;
+        let c = assemble_index(vec![(Platform::AMD64, amd), (Platform::ARM64, arm)], "t")?;
+        assert_ne!(a.manifest_digest, c.manifest_digest);
+        // Every blob is written once.
+        let entries = layout_entries(&a);
+        let mut paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+        let all = paths.len();
+        paths.sort_unstable();
+        paths.dedup();
+        assert_eq!(all, paths.len());
+        Ok(())
+    }
+
+    #[test]
+    fn platforms_parse() -> Result<()> {
+        assert_eq!("linux/amd64".parse::<Platform>()?, Platform::AMD64);
+        assert_eq!("linux/arm64".parse::<Platform>()?, Platform::ARM64);
+        assert!("linux/riscv64".parse::<Platform>().is_err());
+        assert!("amd64".parse::<Platform>().is_err());
+        assert_eq!(Platform::ARM64.to_string(), "linux/arm64");
+        assert_eq!(Platform::ARM64.triple(), "aarch64-unknown-linux-gnu");
         Ok(())
     }
 

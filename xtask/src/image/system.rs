@@ -6,7 +6,7 @@
 //! the upstream images work on a real one.
 
 use super::tar::Entry;
-use super::{Image, Spec, assemble_spec, source_date_epoch, write_image};
+use super::{Image, Platform, Spec, assemble_spec, source_date_epoch, write_image};
 use crate::cmd;
 use anyhow::{Context, Result, bail};
 use std::process::Command;
@@ -78,7 +78,8 @@ pub fn build(image: SystemImage) -> Result<Image> {
         "system-memcached" => memcached_spec(image)?,
         other => bail!("unknown system image {other}"),
     };
-    let layout = assemble_spec(spec, tag, source_date_epoch()?)?;
+    // The host's Debian packages: the host's platform alone.
+    let layout = assemble_spec(spec, Platform::host()?, tag, source_date_epoch()?)?;
     write_image(image.name, tag, &layout)
 }
 
