@@ -520,6 +520,39 @@ mod tests {
         assert!(Cli::try_parse_from_for("op", ["op", "--max-concurrent-reconciles", "0"]).is_err());
     }
 
+    /// clap is built without `color` and `suggestions`: help and errors still say
+    /// what they must, in plain text (no escape codes in a pod's logs).
+    #[test]
+    fn help_and_errors_work_without_color_and_suggestions() {
+        let help = Cli::try_parse_from_for("op", ["op", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = help.to_string();
+        for expected in ["Usage: op", "run", "crd", "--help"] {
+            assert!(text.contains(expected), "{expected} missing in:\n{text}");
+        }
+        let run_help = Cli::try_parse_from_for("op", ["op", "run", "--help"]).unwrap_err();
+        let text = run_help.to_string();
+        for expected in [
+            "--leader-elect",
+            "--metrics-bind-address",
+            "--watch-namespace",
+            "WATCH_NAMESPACE",
+        ] {
+            assert!(text.contains(expected), "{expected} missing in:\n{text}");
+        }
+        assert!(!text.contains('\u{1b}'), "escape codes in help:\n{text}");
+        let err = Cli::try_parse_from_for("op", ["op", "--leader-electt"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
+        let text = err.to_string();
+        // error-context: the argument and the usage line.
+        assert!(text.contains("--leader-electt"), "{text}");
+        assert!(text.contains("Usage: op"), "{text}");
+        assert!(
+            !text.contains('\u{1b}'),
+            "escape codes in the error:\n{text}"
+        );
+    }
+
     #[test]
     fn leader_election_timing_is_validated() {
         let err = Cli::try_parse_from_for(

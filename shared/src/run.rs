@@ -269,7 +269,7 @@ impl Operator {
 /// # Errors
 /// When serialization fails (a bug).
 pub fn crd_yaml<K: CustomResourceExt>() -> Result<String, Error> {
-    serde_norway::to_string(&K::crd()).map_err(|e| Error::Serialize {
+    serde_saphyr::to_string(&K::crd()).map_err(|e| Error::Serialize {
         what: "CRD".to_owned(),
         source: serde::ser::Error::custom(e),
     })

@@ -122,12 +122,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     )?;
     let state = paths::state_dir("demo");
     std::fs::create_dir_all(&state)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = stop_on_signals()?;
 
     cmd::output(kubectl(Some(kubeconfig))?.args([
         "create",
@@ -293,12 +288,7 @@ fn delete_samples(kubeconfig: &Path) -> Result<()> {
 /// The demo on the local cluster's real node: every operator and workload
 /// from its image.
 fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = stop_on_signals()?;
     let pulsar_was_running = crate::pulsar::is_running();
     println!("demo: starting the Pulsar broker (cargo xtask pulsar up)");
     crate::pulsar::up(&crate::pulsar::PulsarOptions::default())?;
@@ -474,4 +464,83 @@ fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A flag set once SIGINT (Ctrl-C) or SIGTERM arrives. The demo itself is synchronous:
+/// a thread of its own runs a small tokio runtime that waits for the signals. The
+/// handlers are registered before this returns, so no signal is missed, and from then
+/// on those signals no longer end the process: the demo sees the flag and cleans up.
+///
+/// # Errors
+/// When the runtime, the signal handlers or the thread cannot be made.
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("starting the signal-handling runtime")?;
+    let (mut interrupt, mut terminate) = {
+        let _context = runtime.enter();
+        (
+            signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        )
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    std::thread::Builder::new()
+        .name("demo-signals".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                loop {
+                    let received = tokio::select! {
+                        s = interrupt.recv() => s,
+                        s = terminate.recv() => s,
+                    };
+                    if received.is_none() {
+                        break;
+                    }
+                    flag.store(true, Ordering::SeqCst);
+                }
+            });
+        })
+        .context("starting the signal-handling thread")?;
+    Ok(stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends `signal` to this test process with the `kill` command.
+    fn raise(signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} failed");
+    }
+
+    fn wait_set(flag: &AtomicBool) -> bool {
+        for _ in 0..100 {
+            if flag.load(Ordering::SeqCst) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    #[test]
+    fn sigterm_and_sigint_set_the_stop_flag_and_do_not_end_the_process() {
+        let stop = stop_on_signals().unwrap();
+        assert!(!stop.load(Ordering::SeqCst), "set before any signal");
+        // Without the handler, SIGTERM would end this test process (the test fails).
+        raise("-TERM");
+        assert!(wait_set(&stop), "SIGTERM did not set the flag");
+        let stop = stop_on_signals().unwrap();
+        assert!(!stop.load(Ordering::SeqCst), "a fresh flag starts unset");
+        raise("-INT");
+        assert!(wait_set(&stop), "SIGINT did not set the flag");
+    }
 }
