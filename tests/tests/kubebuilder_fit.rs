@@ -210,8 +210,9 @@ fn check_targets(operator: &str) -> Result<()> {
 }
 
 async fn prometheus_and_network_policy_apply(operator: &str) -> Result<()> {
-    check_targets(operator)?;
+    // kubectl maps a ServiceMonitor only once its CRD is served, even for a client dry run.
     ensure_service_monitor_crd()?;
+    check_targets(operator)?;
     install(operator)?;
     let system = format!("{operator}-system");
     for (dir, kind, name) in [
