@@ -743,6 +743,9 @@ pub fn push_to(image: &Image, dest: &str) -> Result<String> {
     cmd::run(Command::new("skopeo").args([
         "copy",
         "--quiet",
+        // Every platform of the index, not just the host's: without it skopeo copies
+        // the host's manifest alone and the registry's digest is not the index's.
+        "--all",
         "--preserve-digests",
         "--dest-tls-verify=false",
         "--digestfile",
