@@ -19,6 +19,7 @@ use e2e::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use lolcow_operator::api::Lolcow;
 use podset_operator::api::PodSet;
@@ -330,6 +331,195 @@ async fn assert_leadership_handover(client: &kube::Client, deployed: &Deployed) 
     Ok(())
 }
 
+/// One pod's time as leader, from the kubelet's timestamps on its log lines.
+#[derive(Debug)]
+struct Reign {
+    pod: String,
+    from: Timestamp,
+    /// When it released or lost the lease, or its last line if it died without
+    /// saying; `None` while it still leads.
+    until: Option<Timestamp>,
+}
+
+/// Reads `kubectl logs --timestamps` output: when the pod acquired the lease and
+/// when it stopped leading. `ended`: the log is complete (the container stopped), so a
+/// leader that never said it stopped led at most until its last line.
+fn reign_of(pod: &str, log: &str, ended: bool) -> Result<Option<Reign>> {
+    let mut from = None;
+    let mut until = None;
+    let mut last = None;
+    for line in log.lines() {
+        let Some((stamp, text)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(at) = stamp.parse::<Timestamp>() else {
+            continue;
+        };
+        last = Some(at);
+        if text.contains("acquired leadership") {
+            ensure!(from.is_none(), "{pod} acquired the lease twice:\n{log}");
+            from = Some(at);
+        } else if from.is_some()
+            && (text.contains("released leadership") || text.contains("leader election lost"))
+        {
+            until = Some(at);
+        }
+    }
+    Ok(from.map(|from| Reign {
+        pod: pod.to_owned(),
+        from,
+        until: until.or(last.filter(|_| ended)),
+    }))
+}
+
+/// `kubectl rollout restart` of the two operator pods: every old and new pod's log is
+/// followed from its first line to its last, and no two pods ever lead at once (each
+/// acquisition comes after the previous leader released the lease).
+async fn assert_rollout_restart_has_one_leader(
+    client: &kube::Client,
+    deployed: &Deployed,
+) -> Result<()> {
+    let system = deployed.namespace();
+    let selector = format!("app.kubernetes.io/name={}", deployed.operator);
+    let dir = e2e::target_dir().join("e2e").join("rollout-restart");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut followers: Vec<(String, std::process::Child, PathBuf)> = Vec::new();
+    let mut follow = |pod: &str| -> Result<()> {
+        if followers.iter().any(|(name, ..)| name == pod) {
+            return Ok(());
+        }
+        let path = dir.join(format!("{pod}.log"));
+        let child = e2e::kubectl()
+            .args(["logs", "--follow", "--timestamps", "-n", &system, pod])
+            .stdout(std::fs::File::create(&path)?)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("running kubectl logs --follow")?;
+        followers.push((pod.to_owned(), child, path));
+        Ok(())
+    };
+    let running = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.state.as_ref()?.running.as_ref())
+            .is_some()
+    };
+    let ready = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .is_some_and(|c| c.ready)
+    };
+    // The handover before left a replacement pod starting: wait for two ready pods.
+    let old: Vec<String> = poll("two ready operator pods", ROLLOUT, || async {
+        let now = pods(client, &system, &selector).await?;
+        Ok((now.len() == 2 && now.iter().all(ready))
+            .then(|| now.iter().filter_map(|p| p.metadata.name.clone()).collect()))
+    })
+    .await?;
+    for pod in &old {
+        follow(pod)?;
+    }
+    kubectl_ok([
+        "rollout",
+        "restart",
+        "-n",
+        &system,
+        &format!("deployment/{}", deployed.operator),
+    ])?;
+    // Follow every pod of the rollout once its container runs, until only new
+    // pods are left, both ready.
+    let deadline = Instant::now() + ROLLOUT;
+    loop {
+        let now = pods(client, &system, &selector).await?;
+        for pod in now.iter().filter(|p| running(p)) {
+            if let Some(name) = &pod.metadata.name {
+                follow(name)?;
+            }
+        }
+        let new_ready = now
+            .iter()
+            .filter(|p| p.metadata.name.as_ref().is_some_and(|n| !old.contains(n)))
+            .filter(|p| ready(p))
+            .count();
+        if new_ready == 2 && now.len() == 2 {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the rollout restart did not finish within {ROLLOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A new pod holds the lease.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &system);
+    let holder = poll("a new pod to hold the lease", ROLLOUT, || async {
+        let list = leases.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .find_map(|l| l.spec.as_ref()?.holder_identity.clone())
+            .filter(|h| !h.is_empty() && !old.iter().any(|o| h.starts_with(o.as_str()))))
+    })
+    .await?;
+    // The old pods' streams end with their containers; the new ones are cut here.
+    let mut reigns = Vec::new();
+    for (pod, mut child, path) in followers {
+        if old.contains(&pod) {
+            // Ends when the container stops (graceful shutdown is bounded by the
+            // pod's termination grace period).
+            let stopped = poll("an old pod's log to end", ROLLOUT, || {
+                let status = child.try_wait();
+                async move { Ok(status?.map(|_| ())) }
+            })
+            .await;
+            if stopped.is_err() {
+                let _ = child.kill();
+            }
+        } else {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&path)?;
+        if let Some(reign) = reign_of(&pod, &log, old.contains(&pod))? {
+            reigns.push(reign);
+        }
+    }
+    reigns.sort_by_key(|r| r.from);
+    eprintln!("leaders during the rollout restart (holder now {holder}): {reigns:#?}");
+    ensure!(
+        reigns.len() >= 2,
+        "the lease moved to a new pod, yet the logs in {} show {} leader(s)",
+        dir.display(),
+        reigns.len()
+    );
+    for pair in reigns.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        let Some(until) = before.until else {
+            bail!(
+                "{} still led when {} acquired the lease at {} (logs in {})",
+                before.pod,
+                after.pod,
+                after.from,
+                dir.display()
+            );
+        };
+        ensure!(
+            until <= after.from,
+            "{} led until {until} but {} acquired the lease at {} (logs in {})",
+            before.pod,
+            after.pod,
+            after.from,
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Sends `version` to memcached at `addr` and returns its answer.
 fn memcached_version(addr: &str) -> Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(3))?;
@@ -387,6 +577,7 @@ async fn memcached_operator_image_runs_memcached_that_answers_on_its_cluster_ip(
         assert_runs_as(pod, 1001)?;
     }
     assert_leadership_handover(&client, &deployed).await?;
+    assert_rollout_restart_has_one_leader(&client, &deployed).await?;
     // Undeploy with the Memcached in place: `cargo xtask undeploy` deletes it
     // first and waits while the operator honours the finalizer, so its
     // namespace can go away afterwards instead of staying Terminating.
