@@ -47,6 +47,17 @@ pub fn target_dir() -> PathBuf {
         .map_or_else(|| repo_root().join("target"), PathBuf::from)
 }
 
+/// Where the binaries the tests run were built: `target/<E2E_PROFILE>/`, `debug`
+/// unless `E2E_PROFILE` names another profile (`cargo xtask bench autoscale` uses
+/// `release`).
+pub fn binary_dir() -> PathBuf {
+    let profile = std::env::var("E2E_PROFILE")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "debug".to_owned());
+    target_dir().join(profile)
+}
+
 /// The admin kubeconfig of the cluster under test, starting the local
 /// cluster when no cluster was named.
 pub fn kubeconfig_path() -> Result<PathBuf> {

@@ -157,7 +157,7 @@ impl OperatorProcess {
             Some(path) => path,
             None => service_account_kubeconfig(operator)?,
         };
-        let binary = target_dir().join("debug").join(operator);
+        let binary = crate::binary_dir().join(operator);
         if !binary.exists() {
             bail!(
                 "{} is not built: run `cargo build --bins` (cargo xtask test does)",

@@ -102,9 +102,9 @@ pub fn unique_topic(label: &str) -> String {
     format!("e2e-{label}-{}", unique_suffix())
 }
 
-/// The debug build of the app.
+/// The build of the app (debug unless `E2E_PROFILE` says otherwise).
 pub fn consumer_binary() -> Result<PathBuf> {
-    let binary = target_dir().join("debug").join("pulsar-consumer");
+    let binary = crate::binary_dir().join("pulsar-consumer");
     if !binary.exists() {
         bail!(
             "{} is not built: run `cargo build --bins -p pulsar-consumer` (cargo xtask test does)",

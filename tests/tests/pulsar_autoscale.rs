@@ -586,3 +586,148 @@ async fn pulsar_autoscaling_invalid_settings_are_rejected_naming_the_field() -> 
     ensure!(a.min_replicas == 0 && a.poll_interval_seconds == 15 && a.admin_url.is_none());
     Ok(())
 }
+
+/// The subscription's backlog, read from the broker's admin API with curl.
+fn backlog_of(admin_port: u16, topic: &str, subscription: &str) -> Result<Option<i64>> {
+    let url =
+        format!("http://127.0.0.1:{admin_port}/admin/v2/persistent/public/default/{topic}/stats");
+    let out = std::process::Command::new("curl")
+        .args(["--silent", "--fail", "--max-time", "5", &url])
+        .output()
+        .context("running curl")?;
+    if !out.status.success() {
+        return Ok(None);
+    }
+    let stats: Value = serde_json::from_slice(&out.stdout)?;
+    Ok(stats["subscriptions"][subscription]["msgBacklog"].as_i64())
+}
+
+/// One run of the benchmark: how long consumers that follow the PulsarConsumer's
+/// Deployment take to drain `BACKLOG` messages.
+struct Drain {
+    label: &'static str,
+    seconds: f64,
+    max_consumers: usize,
+    received: usize,
+    duplicates: usize,
+}
+
+async fn drain(
+    ns: &TestNamespace,
+    server: &str,
+    admin_port: u16,
+    label: &'static str,
+    autoscaling: Option<Value>,
+) -> Result<Drain> {
+    let topic = unique_topic("bench-drain");
+    let subscription = format!("{topic}-sub");
+    let mut first = ConsumerProcess::start(server, &topic, &subscription, "subscribe")?;
+    first.wait_connected(TIMEOUT).await?;
+    ensure!(first.terminate()?, "the subscribing consumer exits 0");
+    produce(server, &topic, "bench", BACKLOG).await?;
+    ensure!(
+        backlog_of(admin_port, &topic, &subscription)? == Some(BACKLOG as i64),
+        "{BACKLOG} messages wait before the consumers start"
+    );
+    let name = if autoscaling.is_some() {
+        "autoscaled"
+    } else {
+        "fixed"
+    };
+    let mut spec = json!({
+        "serverAddress": server,
+        "topic": topic,
+        "subscriptionName": subscription,
+        "replicas": 1,
+    });
+    if let Some(a) = autoscaling {
+        spec["autoscaling"] = a;
+    }
+    create_from_json::<PulsarConsumer>(
+        ns,
+        json!({
+            "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+            "kind": "PulsarConsumer",
+            "metadata": {"name": name},
+            "spec": spec,
+        }),
+    )
+    .await?;
+    let started = Instant::now();
+    let follower = Follower::start(
+        ns.api(),
+        format!("{name}-deployment"),
+        server.to_owned(),
+        topic.clone(),
+        subscription.clone(),
+    );
+    // Generous: a single release-built consumer drains the backlog in well under this.
+    poll("the backlog drained", Duration::from_secs(600), || async {
+        Ok((backlog_of(admin_port, &topic, &subscription)? == Some(0)).then_some(()))
+    })
+    .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (logs, max_consumers) = follower.finish()?;
+    let counts = payload_counts(logs.iter().map(Vec::as_slice));
+    let duplicates = counts.values().filter(|n| **n > 1).count();
+    ensure!(
+        counts.len() == BACKLOG as usize,
+        "{label}: {} distinct messages received of {BACKLOG}",
+        counts.len()
+    );
+    Ok(Drain {
+        label,
+        seconds,
+        max_consumers,
+        received: counts.values().sum(),
+        duplicates,
+    })
+}
+
+/// `cargo xtask bench autoscale`: time from a 20,000-message backlog to drained, with
+/// autoscaling 1..4 against a fixed single consumer. Consumers are local processes that
+/// follow the Deployment's replicas (as in the test above), started when the
+/// PulsarConsumer is created. Writes JSON to `E2E_BENCH_OUT` (or prints it).
+#[tokio::test]
+#[ignore = "a benchmark: run it with `cargo xtask bench autoscale`"]
+async fn bench_autoscale_drain() -> Result<()> {
+    let (server, _broker) = shared_broker().await?;
+    let admin = admin_port().await?;
+    let ns = TestNamespace::restricted("pulsar-bench").await?;
+    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    let fixed = drain(&ns, &server, admin, "fixed single consumer", None).await?;
+    let scaled = drain(
+        &ns,
+        &server,
+        admin,
+        "autoscaling 1..4",
+        Some(json!({
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "targetBacklogPerReplica": 2000,
+            "adminUrl": format!("http://127.0.0.1:{admin}"),
+            "pollIntervalSeconds": 1,
+        })),
+    )
+    .await?;
+    let runs: Vec<Value> = [fixed, scaled]
+        .iter()
+        .map(|d| {
+            json!({
+                "label": d.label,
+                "messages": BACKLOG,
+                "seconds": (d.seconds * 1000.0).round() / 1000.0,
+                "messages_per_second": (BACKLOG as f64 / d.seconds).round(),
+                "max_consumers": d.max_consumers,
+                "received": d.received,
+                "duplicates": d.duplicates,
+            })
+        })
+        .collect();
+    let report = serde_json::to_string_pretty(&json!({ "runs": runs }))?;
+    match std::env::var_os("E2E_BENCH_OUT") {
+        Some(path) => std::fs::write(&path, report + "\n")?,
+        None => println!("{report}"),
+    }
+    Ok(())
+}

@@ -15,6 +15,11 @@
 //!   (`pulsar_consumer_messages_acked_total`, polled every 100 ms), which
 //!   also gives a coarser second figure. The broker is stopped afterwards if
 //!   this command started it.
+//! - `autoscale`: time from a 20,000-message backlog to drained, by consumers that
+//!   follow a PulsarConsumer's Deployment: a fixed single consumer, then autoscaling
+//!   1..4 on the backlog. Runs the ignored test `bench_autoscale_drain` of
+//!   `tests/tests/pulsar_autoscale.rs` with release builds against the local cluster
+//!   and the real broker (both started when needed, stopped if started here).
 //! - `operator [--operator <op> --objects N --replicas R | --standard]`:
 //!   scale, speed and memory of the operators on the local cluster; see
 //!   `bench_operator.rs`. `--all` runs its standard set.
@@ -51,6 +56,8 @@ pub struct BenchArgs {
 enum Benchmark {
     /// Throughput of the Pulsar consumer app with 1 and 2 consumers.
     Consumer(ConsumerArgs),
+    /// Drain time of a 20,000-message backlog: autoscaling 1..4 against one consumer.
+    Autoscale,
     /// Scale, speed and memory of an operator (or `--standard`: all of them).
     Operator(crate::bench_operator::OperatorArgs),
     /// Rewrite `target/bench/operators.md` and the chart from the recorded
@@ -83,6 +90,7 @@ impl Default for ConsumerArgs {
 pub fn run(args: &BenchArgs) -> Result<()> {
     match (&args.benchmark, args.all) {
         (Some(Benchmark::Consumer(a)), _) => consumer(a),
+        (Some(Benchmark::Autoscale), _) => autoscale(),
         (Some(Benchmark::Operator(a)), _) => crate::bench_operator::run(a),
         (Some(Benchmark::Report), _) => crate::bench_operator::report::write_summary().map(drop),
         (None, true) => run_all(),
@@ -95,8 +103,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 fn run_all() -> Result<()> {
     // Every benchmark runs even when an earlier one fails.
     let operators = crate::bench_operator::run_all();
-    consumer(&ConsumerArgs::default())?;
-    operators
+    let consumer = consumer(&ConsumerArgs::default());
+    let autoscale = autoscale();
+    operators.and(consumer).and(autoscale)
 }
 
 /// `target/bench`, created.
@@ -304,6 +313,119 @@ fn consumer(args: &ConsumerArgs) -> Result<()> {
         rate(n, produce_seconds)
     );
     let md_path = dir.join("consumer.md");
+    fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    print!("{md}");
+    println!("wrote {} and {}", json_path.display(), md_path.display());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// bench autoscale
+// ---------------------------------------------------------------------------
+
+fn autoscale() -> Result<()> {
+    println!("==> bench autoscale: building the operator and the consumer (release)");
+    cmd::run(
+        Command::new(env!("CARGO"))
+            .current_dir(paths::repo_root())
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "-p",
+                "pulsar-consumer",
+                "-p",
+                "pulsar-consumer-operator",
+                "--bins",
+            ]),
+    )?;
+    let started_cluster = !crate::cluster::is_up(&crate::cluster::Layout::new());
+    let pulsar_was_running = pulsar::is_running();
+    let kubeconfig = crate::cluster::up()?;
+    let dir = out_dir()?;
+    let raw = dir.join("autoscale.runs.json");
+    let _ = fs::remove_file(&raw);
+    let mut test = crate::test::e2e_cargo(&kubeconfig, false)?;
+    test.current_dir(paths::repo_root())
+        .env("E2E_PROFILE", "release")
+        .env("E2E_BENCH_OUT", &raw)
+        .args([
+            "test",
+            "-p",
+            "e2e",
+            "--test",
+            "pulsar_autoscale",
+            "--",
+            "--ignored",
+            "--exact",
+            "bench_autoscale_drain",
+        ]);
+    let result = cmd::run(&mut test);
+    if !pulsar_was_running && pulsar::is_running() {
+        pulsar::down()?;
+    }
+    if started_cluster {
+        crate::cluster::down()?;
+    }
+    result?;
+    let runs: Value = serde_json::from_str(
+        &fs::read_to_string(&raw).with_context(|| format!("reading {}", raw.display()))?,
+    )?;
+    let _ = fs::remove_file(&raw);
+    write_autoscale_report(&runs["runs"], &Machine::probe(), &dir)
+}
+
+/// `target/bench/autoscale.{json,md}` from the test's runs.
+fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result<()> {
+    let report = json!({
+        "benchmark": "autoscale",
+        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "git_commit": git_commit(),
+        "pulsar_version": pulsar::PULSAR_VERSION,
+        "build": "release",
+        "machine": machine.json(),
+        "runs": runs,
+    });
+    let json_path = dir.join("autoscale.json");
+    fs::write(&json_path, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmark: draining a backlog, autoscaled or not\n");
+    let _ = writeln!(
+        md,
+        "20,000 messages wait on a subscription before any consumer runs; a PulsarConsumer is \
+         created, and local consumer processes (release build) follow its Deployment's \
+         replicas. Time: from the PulsarConsumer's creation to a backlog of 0 on the broker's \
+         admin API (Apache Pulsar {} standalone on the same machine; `cargo xtask bench \
+         autoscale`).\n",
+        pulsar::PULSAR_VERSION
+    );
+    let _ = writeln!(md, "{}\n", machine.markdown());
+    let _ = writeln!(
+        md,
+        "| consumers | messages | seconds to drained | msgs/s | most consumers at once | duplicates |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    for run in runs.as_array().into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} | {} | {} | {} |",
+            run["label"].as_str().unwrap_or("?"),
+            run["messages"],
+            run["seconds"].as_f64().unwrap_or(0.0),
+            run["messages_per_second"],
+            run["max_consumers"],
+            run["duplicates"],
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nThe autoscaled run reads the backlog every second and asks for \
+         ceil(backlog / 2000) consumers, at most 4. The broker, the operator and the \
+         consumers share the machine's CPUs, so more consumers help only as far as the \
+         CPUs allow (see `consumer.md` for one against two consumers)."
+    );
+    let md_path = dir.join("autoscale.md");
     fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     print!("{md}");
     println!("wrote {} and {}", json_path.display(), md_path.display());

@@ -199,18 +199,10 @@ fn e2e(args: &TestArgs) -> Result<()> {
         None => cluster::up()?,
     };
     let _ = std::fs::remove_file(skipped_file());
-    let mut test = cargo();
+    let mut test = e2e_cargo(&kubeconfig, external.is_some())?;
     test.env("E2E_SKIPPED_FILE", skipped_file());
-    if external.is_none() {
-        // Tests that restart parts of the control plane need the local cluster.
-        test.env("E2E_LOCAL_CLUSTER", "1");
-    }
     // Every test binary runs even when one fails: one run shows every failure.
-    test.args(["test", "-p", "e2e", "--tests", "--no-fail-fast"])
-        .env("E2E_KUBECONFIG", &kubeconfig)
-        .env("E2E_KUBECTL", kubectl_for_tests(external.is_some())?)
-        // anyhow errors of failed tests are read for their message, not a trace.
-        .env("RUST_LIB_BACKTRACE", "0");
+    test.args(["test", "-p", "e2e", "--tests", "--no-fail-fast"]);
     test.arg("--");
     if let Some(filter) = &args.e2e_filter {
         test.arg(filter);
@@ -242,6 +234,21 @@ fn e2e(args: &TestArgs) -> Result<()> {
         cluster::down()?;
     }
     result.and(pulsar_stopped)
+}
+
+/// `cargo` with what the end-to-end tests read from the environment: the cluster's
+/// admin kubeconfig, the kubectl to run, and (`external` false) that the cluster is the
+/// local one, which tests may restart parts of.
+pub(crate) fn e2e_cargo(kubeconfig: &std::path::Path, external: bool) -> Result<Command> {
+    let mut test = cargo();
+    if !external {
+        test.env("E2E_LOCAL_CLUSTER", "1");
+    }
+    test.env("E2E_KUBECONFIG", kubeconfig)
+        .env("E2E_KUBECTL", kubectl_for_tests(external)?)
+        // anyhow errors of failed tests are read for their message, not a trace.
+        .env("RUST_LIB_BACKTRACE", "0");
+    Ok(test)
 }
 
 /// After the suite, every test namespace goes away: none stays Terminating
