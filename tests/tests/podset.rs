@@ -8,6 +8,7 @@ use e2e::{
     kubectl_scale, live_pods_controlled_by, poll, wait_for, wait_until,
 };
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use podset_operator::api::PodSet;
 use serde_json::{Value, json};
@@ -112,9 +113,45 @@ async fn podset_converges_scales_and_repairs() -> Result<()> {
     .await?;
     wait_ready(&ns, "demo", 2).await?;
 
-    // A stranger's pod with the same labels is left alone and not counted.
+    // The pod watch selects the managed-by label: a pod of ours that loses it leaves the
+    // watch, yet is relabelled, not replaced.
+    let before: Vec<String> = owned_pods(&ns, &ps)
+        .await?
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let unlabelled = before[0].clone();
+    pods.patch(
+        &unlabelled,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}})),
+    )
+    .await?;
+    poll("the managed-by label restored", TIMEOUT, || async {
+        let pod = pods.get(&unlabelled).await?;
+        Ok(pod
+            .labels()
+            .get("app.kubernetes.io/managed-by")
+            .is_some_and(|v| v == OPERATOR)
+            .then_some(()))
+    })
+    .await?;
+    let ps = wait_ready(&ns, "demo", 2).await?;
+    let mut after: Vec<String> = owned_pods(&ns, &ps)
+        .await?
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(after, before, "the unlabelled pod was replaced");
+
+    // A stranger's pod with the same labels is left alone and not counted, even with
+    // the managed-by label: ownership is the controller owner reference.
     let stranger: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "stranger", "labels": {"app": "demo", "version": "v0.1"}},
+        "metadata": {"name": "stranger", "labels": {"app": "demo", "version": "v0.1",
+            "app.kubernetes.io/managed-by": OPERATOR}},
         "spec": {
             "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{"name": "c", "image": "busybox",

@@ -1,7 +1,7 @@
 //! `cargo xtask bench operator`: scale, speed and memory of one operator on
 //! the local cluster; `--standard` (and `cargo xtask bench --all`) runs the
 //! standard set: every operator with 100 objects, PodSet and Memcached also
-//! with 1,000.
+//! with 1,000, and PodSet with 100 beside 5,000 unrelated pods.
 //!
 //! One run: the operator's static release binary (the one its image ships)
 //! runs on this machine as in the end-to-end tests (its ServiceAccount's
@@ -16,6 +16,10 @@
 //! 4. changes the spec of every object (replicas - 1, or a new greeting) and
 //!    times the re-convergence; 5. deletes them all and times until every
 //!    child is gone.
+//!
+//! `--stranger-pods M` first fills the namespace with M pods that are nobody's
+//! (what any busy namespace holds): an operator that watches only what can be its own
+//! shows the same figures with and without them.
 //!
 //! Throughout: peak memory (`VmHWM`), CPU time, pods ever seen (extra pods
 //! beyond the desired count must be 0) and every API request the operator
@@ -69,6 +73,9 @@ pub struct OperatorArgs {
     /// also at N=1000); `--quick` applies.
     #[arg(long)]
     standard: bool,
+    /// Pods that belong to nobody, created in the namespace before the operator starts.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20_000))]
+    stranger_pods: u32,
     /// Extra environment of the operator process, e.g. `MALLOC_ARENA_MAX=2` (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
@@ -83,6 +90,7 @@ impl Default for OperatorArgs {
             settle_seconds: 60,
             quick: false,
             standard: false,
+            stranger_pods: 0,
             env: Vec::new(),
         }
     }
@@ -226,12 +234,22 @@ impl Operator {
     }
 }
 
-/// The standard set: (operator, N).
-fn standard_set() -> Vec<(Operator, u32)> {
-    let mut set: Vec<(Operator, u32)> = Operator::ALL.iter().map(|o| (*o, 100)).collect();
-    set.push((Operator::Podset, 1000));
-    set.push((Operator::Memcached, 1000));
+/// The standard set: (operator, N, stranger pods).
+fn standard_set() -> Vec<(Operator, u32, u32)> {
+    let mut set: Vec<(Operator, u32, u32)> = Operator::ALL.iter().map(|o| (*o, 100, 0)).collect();
+    set.push((Operator::Podset, 1000, 0));
+    set.push((Operator::Memcached, 1000, 0));
+    set.push((Operator::Podset, 100, 5000));
     set
+}
+
+/// The run's name, used for its file: `<operator>-<N>`, `-strangers-<M>` with them.
+fn run_name(op: Operator, objects: u32, strangers: u32) -> String {
+    if strangers == 0 {
+        format!("{}-{objects}", op.name())
+    } else {
+        format!("{}-{objects}-strangers-{strangers}", op.name())
+    }
 }
 
 /// `cargo xtask bench operator ...`.
@@ -253,10 +271,11 @@ pub fn run_all() -> Result<()> {
 fn run_standard(base: &OperatorArgs) -> Result<()> {
     let runtime = runtime()?;
     let mut failed = Vec::new();
-    for (operator, objects) in standard_set() {
+    for (operator, objects, stranger_pods) in standard_set() {
         let args = OperatorArgs {
             operator,
             objects,
+            stranger_pods,
             standard: false,
             ..base.clone()
         };
@@ -265,7 +284,10 @@ fn run_standard(base: &OperatorArgs) -> Result<()> {
                 "bench operator: {} N={objects} failed: {e:#}",
                 operator.name()
             );
-            failed.push(format!("{}-{objects}: {e:#}", operator.name()));
+            failed.push(format!(
+                "{}: {e:#}",
+                run_name(operator, objects, stranger_pods)
+            ));
         }
     }
     let summary = report::write_summary()?;
@@ -289,10 +311,15 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
     let op = args.operator;
     println!(
-        "==> bench operator: {} with {} objects ({} replicas)",
+        "==> bench operator: {} with {} objects ({} replicas){}",
         op.name(),
         args.objects,
-        args.replicas
+        args.replicas,
+        if args.stranger_pods > 0 {
+            format!(", beside {} stranger pods", args.stranger_pods)
+        } else {
+            String::new()
+        }
     );
     // The binary the image ships (static, release): what runs in a cluster, so what
     // is measured. It maps no shared libraries, which are 2 MiB of a dynamic build's RSS.
@@ -304,7 +331,10 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
     let result = runtime.block_on(bench(args, &binary, &kubeconfig, &sa_kubeconfig));
     let _ = fs::remove_file(&sa_kubeconfig);
     let outcome = result?;
-    let path = out_dir()?.join(format!("{}-{}.json", op.name(), args.objects));
+    let path = out_dir()?.join(format!(
+        "{}.json",
+        run_name(op, args.objects, args.stranger_pods)
+    ));
     fs::write(&path, serde_json::to_string_pretty(&outcome)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     println!("{}", report::one_line(&outcome));
@@ -440,6 +470,49 @@ impl Pods {
     }
 }
 
+/// The label of the bench's stranger pods (`--stranger-pods`).
+const STRANGER_LABEL: &str = "bench.rust-operators.dev/stranger";
+
+/// Creates `count` pods that belong to nobody in `namespace` (32 requests at a time).
+async fn create_strangers(client: &Client, namespace: &str, count: u32) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let started = Instant::now();
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {
+                        "name": format!("stranger-{i:05}"),
+                        "labels": { STRANGER_LABEL: "true", "app": "someone-else" },
+                    },
+                    "spec": {
+                        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "c", "image": "busybox",
+                            "securityContext": {"allowPrivilegeEscalation": false,
+                                "capabilities": {"drop": ["ALL"]}}}],
+                    },
+                }))?;
+                api.create(&PostParams::default(), &pod)
+                    .await
+                    .with_context(|| format!("creating stranger pod {i}"))?;
+                Ok::<_, anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    println!(
+        "    {count} stranger pods created in {}s",
+        seconds(started, Instant::now())
+    );
+    Ok(())
+}
+
 /// Watches the custom resources and the pods of `namespace` into shared state.
 fn spawn_watches(
     client: &Client,
@@ -474,7 +547,9 @@ fn spawn_watches(
     let pod_api: Api<PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), namespace);
     let state = pods.clone();
     tokio::spawn(async move {
-        let mut stream = watcher::watcher(pod_api, watcher::Config::default()).boxed();
+        // The stranger pods are not the operator's business, nor the bench's count.
+        let config = watcher::Config::default().labels(&format!("!{STRANGER_LABEL}"));
+        let mut stream = watcher::watcher(pod_api, config).boxed();
         while let Some(event) = stream.next().await {
             let Ok(mut s) = state.lock() else { break };
             match event {
@@ -809,6 +884,7 @@ async fn bench_in(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    create_strangers(client, namespace, args.stranger_pods).await?;
     let (objects, pods) = spawn_watches(client, namespace, op);
 
     let env: Vec<(String, String)> = args
@@ -1067,6 +1143,7 @@ async fn bench_in(
         "build": "release, static (the image's binary)",
         "objects": n,
         "replicas": replicas,
+        "stranger_pods": args.stranger_pods,
         "pods_per_object": op.pods_per_object(replicas),
         "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "git_commit": git_commit(),
@@ -1156,10 +1233,16 @@ mod tests {
     fn standard_set_covers_every_operator() {
         let set = standard_set();
         for op in Operator::ALL {
-            assert!(set.contains(&(op, 100)));
+            assert!(set.contains(&(op, 100, 0)));
         }
-        assert!(set.contains(&(Operator::Podset, 1000)));
-        assert!(set.contains(&(Operator::Memcached, 1000)));
+        assert!(set.contains(&(Operator::Podset, 1000, 0)));
+        assert!(set.contains(&(Operator::Memcached, 1000, 0)));
+        assert!(set.contains(&(Operator::Podset, 100, 5000)));
+        assert_eq!(run_name(Operator::Podset, 100, 0), "podset-100");
+        assert_eq!(
+            run_name(Operator::Podset, 100, 5000),
+            "podset-100-strangers-5000"
+        );
     }
 
     #[test]

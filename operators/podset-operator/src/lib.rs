@@ -9,6 +9,7 @@ pub mod api;
 pub mod desired;
 pub mod expectations;
 pub mod reconcile;
+pub mod strays;
 
 pub use api::{PodSet, PodSetSpec, PodSetStatus};
 

@@ -28,6 +28,7 @@ use crate::{
     api::PodSet,
     desired,
     expectations::{Cached, Expectations},
+    strays::Strays,
 };
 
 /// Why a reconcile failed.
@@ -63,6 +64,8 @@ pub struct Context {
     pub pods: ScopedStores<Pod>,
     /// Pod creates/deletes in flight.
     pub expectations: Arc<Expectations>,
+    /// Pods of ours that left the label-selected watch without being deleted.
+    pub strays: Arc<Strays>,
     /// Image used when `spec.image` is unset (`PODSET_IMAGE`, else `busybox`).
     pub default_image: String,
 }
@@ -75,6 +78,7 @@ impl Context {
             toolkit,
             pods: ScopedStores::default(),
             expectations: Arc::new(Expectations::default()),
+            strays: Arc::new(Strays::default()),
             default_image: default_image
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(|| crate::api::DEFAULT_IMAGE.to_owned()),
@@ -82,14 +86,21 @@ impl Context {
     }
 }
 
-/// The controller of one scope: PodSets, and every pod in the scope (ownership is decided
-/// by the controller owner reference's UID, not by labels, so a pod whose labels were
-/// edited is still found and repaired).
+/// The label every pod of the operator carries; the pod watch selects on it.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// The controller of one scope: PodSets, and the pods labelled as managed by this
+/// operator (unrelated pods are never listed, watched or cached). Ownership is still
+/// decided by the controller owner reference's UID, and a pod of ours that loses the
+/// label is caught as it leaves the watch ([`Strays`]) and relabelled.
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
-    let (pods, pod_events) =
-        scope.reflect_trimmed::<Pod>(watcher::Config::default(), shared::namespaces::trim_pod);
-    ctx.pods.insert(scope, pods);
-    let expectations = ctx.expectations.clone();
+    let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
+    let (pods, pod_events) = scope.reflect_trimmed::<Pod>(
+        watcher::Config::default().labels(&selector),
+        shared::namespaces::trim_pod,
+    );
+    ctx.pods.insert(scope, pods.clone());
+    let (expectations, strays) = (ctx.expectations.clone(), ctx.strays.clone());
     let pod_events = pod_events.inspect(move |event| {
         if let Ok(pod) = event
             && let Some(owner) = pod
@@ -97,20 +108,29 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
                 .iter()
                 .find(|r| r.controller == Some(true))
         {
-            expectations.observe(
-                &owner.uid,
-                &pod.name_any(),
-                pod.metadata.deletion_timestamp.is_some(),
-            );
+            let terminating = pod.metadata.deletion_timestamp.is_some();
+            expectations.observe(&owner.uid, &pod.name_any(), terminating);
+            // The reflector has applied the event: a pod missing from the store that is
+            // not being deleted stopped matching the selector.
+            if !terminating && pods.get(&ObjectRef::from_obj(pod)).is_none() {
+                strays.add(&owner.uid, &pod.name_any());
+            }
         }
     });
     // A PodSet deleted while its pod writes were in flight would keep its expectations
     // forever: forget them when the watch shows it gone.
     let (podsets, podset_events) = scope.reflect::<PodSet>(watcher::Config::default());
-    let (store, expectations) = (podsets.clone(), ctx.expectations.clone());
+    let (store, expectations, strays) = (
+        podsets.clone(),
+        ctx.expectations.clone(),
+        ctx.strays.clone(),
+    );
     let podset_events = podset_events.inspect(move |event| {
-        if let Ok(ps) = event {
-            forget_if_deleted(&expectations, &store, ps);
+        if let Ok(ps) = event
+            && forget_if_deleted(&expectations, &store, ps)
+            && let Some(uid) = ps.uid()
+        {
+            strays.forget(&uid);
         }
     });
     Controller::for_stream(podset_events, podsets).owns_stream(pod_events)
@@ -118,13 +138,15 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
 
 /// Drops the expectations of `ps` when the store no longer holds it (the reflector applies
 /// an event before passing it on, so a deleted PodSet is already gone from the store) or
-/// holds a newer PodSet of the same name.
-fn forget_if_deleted(expectations: &Expectations, store: &Store<PodSet>, ps: &PodSet) {
-    let Some(uid) = ps.uid() else { return };
+/// holds a newer PodSet of the same name. `true` when it was gone.
+fn forget_if_deleted(expectations: &Expectations, store: &Store<PodSet>, ps: &PodSet) -> bool {
+    let Some(uid) = ps.uid() else { return false };
     let stored = store.get(&ObjectRef::from_obj(ps));
-    if stored.is_none_or(|s| s.uid().as_deref() != Some(uid.as_str())) {
+    let gone = stored.is_none_or(|s| s.uid().as_deref() != Some(uid.as_str()));
+    if gone {
         expectations.forget(&uid);
     }
+    gone
 }
 
 /// Brings the pods of one PodSet to `spec.replicas` and records what it saw in the status.
@@ -138,11 +160,14 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     if ps.metadata.deletion_timestamp.is_some() {
         // Garbage collection removes the pods through their owner references.
         ctx.expectations.forget(&uid);
+        ctx.strays.forget(&uid);
         return Ok(Action::await_change());
     }
     let client = ctx.toolkit.client.clone();
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let owned = ctx.pods.in_namespace(&ns, |p| is_controlled_by(p, &uid));
+    // Ours, but unlabelled: relabelled (back in the watch) and counted as they are.
+    let returned = relabel_strays(&ps, &uid, &owned, &pod_api, &ctx).await?;
     let cached = |name: &str| match owned.iter().find(|p| p.name_any() == name) {
         None => Cached::Absent,
         Some(p) if p.metadata.deletion_timestamp.is_some() => Cached::Terminating,
@@ -151,6 +176,7 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     let active: Vec<&Pod> = owned
         .iter()
         .map(AsRef::as_ref)
+        .chain(returned.iter())
         .filter(|p| desired::is_active(p))
         .collect();
 
@@ -266,6 +292,63 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     Ok(Action::await_change())
 }
 
+/// Reads each stray pod of the PodSet `uid` (it left the watch, see [`Strays`]) and, when
+/// it is still ours and alive, re-applies our labels, which brings it back into the
+/// watch. Returns those pods, to count them before the watch shows them again.
+async fn relabel_strays(
+    ps: &PodSet,
+    uid: &str,
+    owned: &[Arc<Pod>],
+    api: &Api<Pod>,
+    ctx: &Context,
+) -> Result<Vec<Pod>, Error> {
+    let mut returned = Vec::new();
+    for name in ctx.strays.of(uid) {
+        if owned.iter().any(|p| p.name_any() == name) {
+            ctx.strays.handled(uid, &name);
+            continue;
+        }
+        if let Some(pod) = api.get_opt(&name).await?
+            && is_controlled_by(&pod, uid)
+            && pod.metadata.deletion_timestamp.is_none()
+        {
+            tracing::info!(pod = %name, "relabelling a pod of ours that lost its labels");
+            if let Some(pod) = apply_labels(ps, &name, api, ctx.toolkit.operator.name).await? {
+                returned.push(pod);
+            }
+        }
+        ctx.strays.handled(uid, &name);
+    }
+    Ok(returned)
+}
+
+/// Server-side applies our labels (only `metadata.labels`) on pod `name`; `None` when the
+/// pod is gone.
+async fn apply_labels(
+    ps: &PodSet,
+    name: &str,
+    api: &Api<Pod>,
+    manager: &str,
+) -> Result<Option<Pod>, Error> {
+    let patch = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "labels": desired::pod_labels(ps) },
+    });
+    match api
+        .patch(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(pod) => Ok(Some(pod)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Re-applies our labels (server-side apply of `metadata.labels` only) on active pods
 /// whose labels drifted.
 async fn repair_labels(
@@ -274,31 +357,14 @@ async fn repair_labels(
     api: &Api<Pod>,
     manager: &str,
 ) -> Result<(), Error> {
-    let labels = desired::pod_labels(ps);
-    let want = serde_json::json!({ "metadata": { "labels": labels } });
+    let want = serde_json::json!({ "metadata": { "labels": desired::pod_labels(ps) } });
     for pod in active {
         let actual = serde_json::to_value(pod).unwrap_or_default();
         if is_subset(&want, &actual) {
             continue;
         }
         tracing::info!(pod = %pod.name_any(), "restoring edited pod labels");
-        let patch = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": { "name": pod.name_any(), "labels": labels },
-        });
-        match api
-            .patch(
-                &pod.name_any(),
-                &PatchParams::apply(manager).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        apply_labels(ps, &pod.name_any(), api, manager).await?;
     }
     Ok(())
 }

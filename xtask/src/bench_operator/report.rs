@@ -16,12 +16,33 @@ const PEAK_TARGET_MIB: f64 = 40.0;
 /// Writes per object within this share above the minimum count as close to it.
 const WRITES_TOLERANCE: f64 = 0.05;
 
+/// `podset-100`, or `podset-100 + 5000 stranger pods`.
+fn run_label(run: &Value) -> String {
+    let base = format!(
+        "{}-{}",
+        run["operator"].as_str().unwrap_or("?"),
+        run["objects"]
+    );
+    match run["stranger_pods"].as_u64() {
+        Some(m) if m > 0 => format!("{base} + {m} stranger pods"),
+        _ => base,
+    }
+}
+
+/// The operator column: `podset`, or `podset (+5000 stranger pods)`.
+fn operator_cell(run: &Value) -> String {
+    let op = run["operator"].as_str().unwrap_or("?");
+    match run["stranger_pods"].as_u64() {
+        Some(m) if m > 0 => format!("{op} (+{m} stranger pods)"),
+        _ => op.to_owned(),
+    }
+}
+
 /// One line for the console after a run.
 pub fn one_line(run: &Value) -> String {
     format!(
-        "    {}-{}: idle {} MiB, peak {} MiB, all Ready {}s (p50 {}s, p99 {}s), {} requests/object, {} extra pods, {} quiet writes, CPU {}s",
-        run["operator"].as_str().unwrap_or("?"),
-        run["objects"],
+        "    {}: idle {} MiB, peak {} MiB, all Ready {}s (p50 {}s, p99 {}s), {} requests/object, {} extra pods, {} quiet writes, CPU {}s",
+        run_label(run),
         mib(kib(&run["startup"]["idle_rss_kib"])),
         mib(kib(&run["end"]["hwm_kib"])),
         run["create"]["all_ready_seconds"],
@@ -67,7 +88,11 @@ fn runs() -> Result<Vec<Value>> {
             .iter()
             .position(|o| *o == op)
             .unwrap_or(9);
-        (i, r["objects"].as_u64().unwrap_or(0))
+        (
+            i,
+            r["objects"].as_u64().unwrap_or(0),
+            r["stranger_pods"].as_u64().unwrap_or(0),
+        )
     };
     runs.sort_by_key(order);
     Ok(runs)
@@ -127,7 +152,7 @@ fn markdown(runs: &[Value]) -> String {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} |",
-            r["operator"].as_str().unwrap_or("?"),
+            operator_cell(r),
             r["objects"],
             r["pods"]["desired"],
             mib(kib(&r["startup"]["idle_rss_kib"])),
@@ -168,7 +193,10 @@ fn markdown(runs: &[Value]) -> String {
          the change. Quiet writes: writes during the window after convergence.\n\
          - Change: every spec changed at once (replicas - 1; Lolcow: a new greeting) until \
          all Ready again; delete: every object deleted until no child is left.\n\
-         - CPU: `utime + stime` of the operator over the whole run.\n"
+         - CPU: `utime + stime` of the operator over the whole run.\n\
+         - `+M stranger pods`: the namespace also holds M pods that are nobody's, created \
+         before the operator starts (`--stranger-pods M`). The operator watches only pods \
+         labelled as its own, so the figures match the run without them.\n"
     );
 
     let _ = writeln!(md, "## Targets\n");
@@ -191,7 +219,8 @@ fn markdown(runs: &[Value]) -> String {
         let min = f(&r["minimum_writes_per_object"]);
         let _ = writeln!(
             md,
-            "| {operator}-{n} | {} ({idle}) | {peak_cell} | {} | {} | {} ({writes} vs {min}) |",
+            "| {} | {} ({idle}) | {peak_cell} | {} | {} | {} ({writes} vs {min}) |",
+            run_label(r),
             mark(idle <= IDLE_TARGET_MIB),
             mark(r["pods"]["extra"].as_u64() == Some(0)),
             mark(r["steady"]["writes"].as_u64() == Some(0)),
@@ -220,9 +249,8 @@ fn markdown(runs: &[Value]) -> String {
         };
         let _ = writeln!(
             md,
-            "| {}-{} | {} | {} | {} | {} | {} |",
-            r["operator"].as_str().unwrap_or("?"),
-            r["objects"],
+            "| {} | {} | {} | {} | {} | {} |",
+            run_label(r),
             cell("startup"),
             cell("create"),
             cell("steady"),

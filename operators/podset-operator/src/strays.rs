@@ -1,0 +1,93 @@
+//! Pods that left the operator's label-selected pod watch while they still exist.
+//!
+//! The pod watch selects `app.kubernetes.io/managed-by=<operator>`, so the cache never
+//! holds the namespace's unrelated pods. The price: a pod of ours whose label someone
+//! removed drops out of the watch as if it were deleted (the API server sends `DELETED`
+//! with the last matching state, no deletion timestamp). [`Strays`] remembers such pods per
+//! PodSet so the next reconcile reads them once and puts the labels back, instead of
+//! creating a replacement beside a pod that still runs.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+/// Pod names per PodSet uid that left the watch without being deleted.
+#[derive(Debug, Default)]
+pub struct Strays {
+    by_owner: Mutex<HashMap<String, BTreeSet<String>>>,
+}
+
+impl Strays {
+    /// Remembers that pod `name` of the PodSet `owner_uid` left the watch.
+    pub fn add(&self, owner_uid: &str, name: &str) {
+        if let Ok(mut m) = self.by_owner.lock() {
+            m.entry(owner_uid.to_owned())
+                .or_default()
+                .insert(name.to_owned());
+        }
+    }
+
+    /// The strays of `owner_uid`, still remembered.
+    #[must_use]
+    pub fn of(&self, owner_uid: &str) -> Vec<String> {
+        self.by_owner
+            .lock()
+            .ok()
+            .and_then(|m| m.get(owner_uid).map(|s| s.iter().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    /// Forgets one stray (handled: relabelled, or gone).
+    pub fn handled(&self, owner_uid: &str, name: &str) {
+        if let Ok(mut m) = self.by_owner.lock()
+            && let Some(set) = m.get_mut(owner_uid)
+        {
+            set.remove(name);
+            if set.is_empty() {
+                m.remove(owner_uid);
+            }
+        }
+    }
+
+    /// Forgets every stray of a PodSet that is gone (its pods are garbage-collected).
+    pub fn forget(&self, owner_uid: &str) {
+        if let Ok(mut m) = self.by_owner.lock() {
+            m.remove(owner_uid);
+        }
+    }
+
+    /// PodSets with strays remembered.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.by_owner.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Nothing remembered.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_until_handled_or_forgotten() {
+        let s = Strays::default();
+        assert!(s.is_empty());
+        s.add("u1", "a");
+        s.add("u1", "b");
+        s.add("u1", "a");
+        s.add("u2", "c");
+        assert_eq!(s.of("u1"), ["a", "b"]);
+        s.handled("u1", "a");
+        assert_eq!(s.of("u1"), ["b"]);
+        s.handled("u1", "b");
+        assert!(s.of("u1").is_empty());
+        assert_eq!(s.len(), 1, "an owner with no strays left is dropped");
+        s.forget("u2");
+        assert!(s.is_empty());
+        assert!(s.of("nobody").is_empty());
+    }
+}
