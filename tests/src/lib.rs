@@ -9,6 +9,7 @@
 pub mod kinds;
 pub mod manifests;
 pub mod operator;
+pub mod proxy;
 pub mod pulsar;
 pub mod rbac;
 
@@ -558,6 +559,19 @@ impl PodWatch {
             }
         });
         PodWatch { census, task }
+    }
+
+    /// Starts a new phase: from now on `max_live` counts from the pods alive now.
+    ///
+    /// # Errors
+    /// When the watch task panicked.
+    pub fn new_phase(&self) -> Result<()> {
+        let mut c = self
+            .census
+            .lock()
+            .map_err(|_| anyhow!("the pod watch panicked"))?;
+        c.max_live = c.live.len();
+        Ok(())
     }
 
     /// A copy of what it has seen so far.

@@ -1,15 +1,19 @@
 //! Leader election under failure: two replicas of the PodSet operator, only one
 //! reconciling at any moment, and a fast, safe handover.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use e2e::kinds::{podset, wait_podset_replicas_ready};
-use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum};
+use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum, service_account_kubeconfig};
+use e2e::proxy::TcpProxy;
 use e2e::{TestNamespace, create_from_json, kubectl_scale, poll, unique_suffix};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::Kubeconfig;
 use podset_operator::api::PodSet;
 use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const OPERATOR: &str = "podset-operator";
@@ -104,16 +108,185 @@ async fn a_killed_leader_is_replaced_and_only_one_replica_reconciles() -> Result
     assert!(reconciles(leader) > 0.0);
     assert_eq!(reconciles(standby), 0.0, "the standby must not reconcile");
 
-    // kill -9: no release; the standby takes over once the lease expires
-    // (15 s) and then reconciles a change made meanwhile.
+    // kill -9: no release. Once the process is gone the lease shows its last renewal.
     leader.kill();
+    let killed = Instant::now();
+    let last = leases.get(&lease_name).await?;
+    ensure!(holder(&last) == old, "the lease changed hands at the kill");
+    let last_renew = renew_time(&last)?;
     kubectl_scale(&ns, "podset", "ha", 4)?;
-    wait_podset_replicas_ready(&ns, "ha", 4, Duration::from_secs(15 + 15)).await?;
+    let taken = poll(
+        "the standby holding the lease",
+        LEASE + 2 * RETRY_MAX + Duration::from_secs(15),
+        || async {
+            let l = leases.get(&lease_name).await?;
+            Ok((!holder(&l).is_empty() && holder(&l) != old).then_some(l))
+        },
+    )
+    .await?;
+    let wall = killed.elapsed();
+    let acquired = taken
+        .spec
+        .as_ref()
+        .and_then(|s| s.acquire_time.as_ref())
+        .map(|t| t.0)
+        .context("the new lease has no acquireTime")?;
+    let after = acquired.duration_since(last_renew);
+    let after = Duration::try_from(after).unwrap_or_default();
+    eprintln!(
+        "kill -9: lease taken {after:?} after the dead leader's last renewal ({wall:?} after the kill)"
+    );
+    // Not before the lease expired: the standby counts the duration from when it saw the
+    // record last change, which is after that renewal.
+    ensure!(
+        after >= LEASE,
+        "the standby took the lease {after:?} after the last renewal, before it expired ({LEASE:?})"
+    );
+    // Within: the standby sees the last renewal at its next retry (at most RETRY_MAX later),
+    // and tries again at most RETRY_MAX after the lease expired; 1 s for the API calls.
+    let bound = LEASE + 2 * RETRY_MAX + Duration::from_secs(1);
+    ensure!(
+        after <= bound,
+        "the standby took the lease {after:?} after the last renewal; the bound is {bound:?}"
+    );
+    wait_podset_replicas_ready(&ns, "ha", 4, Duration::from_secs(30)).await?;
     assert!(reconciles(standby) > 0.0, "the new leader reconciled");
-    let new = holder(&leases.get(&lease_name).await?);
-    assert!(!new.is_empty() && new != old, "lease still held by {new}");
     leases.delete(&lease_name, &DeleteParams::default()).await?;
     Ok(())
+}
+
+/// The default `--leader-elect-lease-duration`.
+const LEASE: Duration = Duration::from_secs(15);
+/// The longest wait between two tries: `--leader-elect-retry-period` (2 s) with
+/// client-go's jitter (up to 1.2 times more).
+const RETRY_MAX: Duration = Duration::from_millis(4400);
+
+fn renew_time(lease: &Lease) -> Result<Timestamp> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0)
+        .context("the lease has no renewTime")
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_starts() -> Result<()> {
+    let ns = TestNamespace::new("leader-cut").await?;
+    let lease_name = format!("e2e-cut-{}", unique_suffix());
+    let args = vec![
+        "--leader-elect".to_owned(),
+        format!("--leader-election-namespace={LEASE_NS}"),
+        format!("--leader-election-id={lease_name}"),
+    ];
+    // Replica a reaches the API server through a proxy the test can cut; it starts first
+    // and leads.
+    let kubeconfig = service_account_kubeconfig(OPERATOR)?;
+    let api_port = server_port(&kubeconfig)?;
+    let mut proxy = TcpProxy::start(api_port).await?;
+    let proxied = with_server_port(&kubeconfig, proxy.port)?;
+    let mut a = OperatorProcess::start_with(
+        OPERATOR,
+        &[&ns.name],
+        OperatorOptions {
+            args: args.clone(),
+            kubeconfig: Some(proxied),
+            env: vec![
+                ("POD_NAME".into(), "replica-a".into()),
+                ("POD_NAMESPACE".into(), LEASE_NS.into()),
+            ],
+            ..OperatorOptions::default()
+        },
+    )
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), LEASE_NS);
+    poll(
+        "replica a holding the lease",
+        Duration::from_secs(30),
+        || async {
+            Ok(leases
+                .get_opt(&lease_name)
+                .await?
+                .filter(|l| holder(l).starts_with("replica-a_")))
+        },
+    )
+    .await?;
+    let b = start_replica(&ns, "replica-b", &args).await?;
+    create_from_json::<PodSet>(&ns, podset("cut", 1)).await?;
+    wait_podset_replicas_ready(&ns, "cut", 1, Duration::from_secs(60)).await?;
+    assert_eq!(reconciles(&b), 0.0, "the standby must not reconcile");
+
+    // Cut a off. It cannot renew, so it stops leading after the renew deadline (10 s);
+    // b may take the lease only after it expired (15 s): a has stopped by then.
+    proxy.stop();
+    let cut = Instant::now();
+    poll("replica a to give up", Duration::from_secs(30), || {
+        let stopped = !a.is_running();
+        async move { Ok(stopped.then_some(())) }
+    })
+    .await
+    .with_context(|| format!("replica a log:\n{}", a.log()))?;
+    let a_stopped = cut.elapsed();
+    ensure!(
+        a.log().contains("leader election lost"),
+        "replica a stopped without saying it lost the lease:\n{}",
+        a.log()
+    );
+    // b has not started reconciling yet: it holds no lease.
+    let lease = leases.get(&lease_name).await?;
+    ensure!(
+        !holder(&lease).starts_with("replica-b_"),
+        "replica b held the lease before replica a stopped ({a_stopped:?} after the cut)"
+    );
+    ensure!(
+        reconciles(&b) == 0.0,
+        "replica b reconciled while replica a led"
+    );
+    poll(
+        "replica b holding the lease",
+        Duration::from_secs(30),
+        || async {
+            Ok(leases
+                .get_opt(&lease_name)
+                .await?
+                .filter(|l| holder(l).starts_with("replica-b_")))
+        },
+    )
+    .await?;
+    let b_leads = cut.elapsed();
+    eprintln!(
+        "cut off: replica a stopped {a_stopped:?} after the cut, replica b led after {b_leads:?}"
+    );
+    ensure!(a_stopped < b_leads);
+    kubectl_scale(&ns, "podset", "cut", 2)?;
+    wait_podset_replicas_ready(&ns, "cut", 2, Duration::from_secs(30)).await?;
+    leases.delete(&lease_name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// The port of the cluster's server URL in a kubeconfig.
+fn server_port(kubeconfig: &Path) -> Result<u16> {
+    let config = Kubeconfig::read_from(kubeconfig)?;
+    config
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref()?.server.as_deref())
+        .and_then(|url| url.rsplit_once(':'))
+        .and_then(|(_, port)| port.trim_end_matches('/').parse().ok())
+        .with_context(|| format!("no server port in {}", kubeconfig.display()))
+}
+
+/// A copy of `kubeconfig` whose server is `https://127.0.0.1:<port>`.
+fn with_server_port(kubeconfig: &Path, port: u16) -> Result<PathBuf> {
+    let mut config = Kubeconfig::read_from(kubeconfig)?;
+    for named in &mut config.clusters {
+        if let Some(cluster) = named.cluster.as_mut() {
+            cluster.server = Some(format!("https://127.0.0.1:{port}"));
+        }
+    }
+    let path = kubeconfig.with_extension(format!("proxied-{port}"));
+    xtask::kubeconfig::write(&config, &path)?;
+    Ok(path)
 }
 
 #[tokio::test]
@@ -205,9 +378,21 @@ async fn leader_for_life_is_held_until_the_leaders_pod_is_gone() -> Result<()> {
         || async { Ok(b.log().contains("standing by").then_some(())) },
     )
     .await?;
-    let lock_now = locks.get(&lock_name).await?;
-    assert_eq!(lock_now.metadata.uid, lock.metadata.uid, "the lock stays");
-    assert_eq!(reconciles(&b), 0.0, "no split brain");
+    // A window longer than a lease would last (15 s): the standby never takes over while
+    // the dead leader's Pod object exists.
+    let window = Instant::now();
+    while window.elapsed() < LEASE + Duration::from_secs(5) {
+        let lock_now = locks.get(&lock_name).await?;
+        assert_eq!(lock_now.metadata.uid, lock.metadata.uid, "the lock stays");
+        let owner = lock_now.metadata.owner_references.unwrap_or_default();
+        assert_eq!(
+            owner.first().map(|o| o.name.as_str()),
+            Some(pod_a.as_str()),
+            "the lock changed owner while the leader's Pod existed"
+        );
+        assert_eq!(reconciles(&b), 0.0, "no split brain");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // The Pod object goes: the standby takes the lock and converges the change.
     pods.delete(&pod_a, &DeleteParams::default()).await?;

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use e2e::kinds::{PODSET, assert_all_creates_rejected, named_bad, podset};
-use e2e::operator::{OperatorProcess, metric_sum, touch_and_wait_reconcile};
+use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum, touch_and_wait_reconcile};
 use e2e::{
     PodWatch, TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_ok,
     kubectl_scale, live_pods_controlled_by, poll, wait_for, wait_until,
@@ -13,7 +13,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use podset_operator::api::PodSet;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 const OPERATOR: &str = "podset-operator";
 
@@ -206,19 +205,29 @@ async fn podset_at_rest_writes_nothing() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn podset_never_overshoots_under_rapid_scaling() -> Result<()> {
-    let ns = TestNamespace::new("podset-scale").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+/// 0 -> 20 (with a burst of unrelated updates), 20 -> 3 -> 15 quickly, then 15 -> 3 -> 15
+/// once settled, while a watch counts every pod: per phase, never more live pods than
+/// the phase allows and exactly the pods needed created. `extra` are operator flags.
+async fn rapid_scaling(label: &str, extra: &[&str]) -> Result<()> {
+    let ns = TestNamespace::new(label).await?;
+    let _op = OperatorProcess::start_with(
+        OPERATOR,
+        &[&ns.name],
+        OperatorOptions {
+            args: extra.iter().map(|a| (*a).to_owned()).collect(),
+            ..OperatorOptions::default()
+        },
+    )
+    .await?;
     create(&ns, podset("burst", 0)).await?;
     wait_ready(&ns, "burst", 0).await?;
 
-    // Watch every pod of the namespace: the highest number of live
-    // (non-terminating) pods ever seen, and every pod ever created.
+    // Watch every pod of the namespace: the most live (non-terminating) pods at once per
+    // phase, and every pod ever created.
     let watch = PodWatch::start(&ns);
 
-    // 0 -> 20, with a burst of unrelated updates so that reconciles run
-    // while the operator's cache has not yet seen its own creates.
+    // Phase 1, 0 -> 20, with a burst of unrelated updates so that reconciles run while
+    // the operator's cache has not yet seen its own creates.
     kubectl_scale(&ns, "podset", "burst", 20)?;
     let api: Api<PodSet> = ns.api();
     for i in 0..10 {
@@ -230,24 +239,73 @@ async fn podset_never_overshoots_under_rapid_scaling() -> Result<()> {
         .await?;
     }
     wait_ready(&ns, "burst", 20).await?;
-    {
-        let s = watch.census()?;
-        assert_eq!(s.ever.len(), 20, "exactly 20 pods were ever created");
-        assert!(s.max_live <= 20, "saw {} live pods", s.max_live);
-    }
+    let s = watch.census()?;
+    assert_eq!(s.ever.len(), 20, "phase 0 -> 20: exactly 20 pods created");
+    assert!(
+        s.max_live <= 20,
+        "phase 0 -> 20: saw {} live pods",
+        s.max_live
+    );
 
-    // 20 -> 3 -> 15 quickly.
+    // Phase 2, 20 -> 3 -> 15 before the scale-down is done: never above 20, and only the
+    // pods deleted below 15 are replaced.
+    watch.new_phase()?;
     kubectl_scale(&ns, "podset", "burst", 3)?;
-    tokio::time::sleep(Duration::from_millis(300)).await; // let the scale-down begin
+    poll("the scale-down under way", TIMEOUT, || async {
+        Ok((watch.census()?.live.len() < 20).then_some(()))
+    })
+    .await?;
     kubectl_scale(&ns, "podset", "burst", 15)?;
     let ps = wait_ready(&ns, "burst", 15).await?;
     assert_eq!(owned_pods(&ns, &ps).await?.len(), 15);
-    {
-        let s = watch.census()?;
-        assert!(s.max_live <= 20, "saw {} live pods", s.max_live);
-    }
+    let s = watch.census()?;
+    assert!(
+        s.max_live <= 20,
+        "phase 20 -> 3 -> 15: saw {} live pods",
+        s.max_live
+    );
+    let created = s.ever.len() - 20;
+    assert!(
+        created <= 12,
+        "phase 20 -> 3 -> 15: {created} pods created; at most 15 - 3 are ever needed"
+    );
+
+    // Phase 3, settled at 3, then 15: never above 15, exactly 12 created.
+    kubectl_scale(&ns, "podset", "burst", 3)?;
+    wait_ready(&ns, "burst", 3).await?;
+    poll("the scaled-down pods gone", TIMEOUT, || async {
+        Ok((watch.census()?.live.len() == 3).then_some(()))
+    })
+    .await?;
+    watch.new_phase()?;
+    let ever_before = watch.census()?.ever.len();
+    kubectl_scale(&ns, "podset", "burst", 15)?;
+    wait_ready(&ns, "burst", 15).await?;
+    let s = watch.census()?;
+    assert!(
+        s.max_live <= 15,
+        "phase 3 -> 15: saw {} live pods",
+        s.max_live
+    );
+    assert_eq!(
+        s.ever.len() - ever_before,
+        12,
+        "phase 3 -> 15: exactly 12 pods created"
+    );
     drop(watch);
     Ok(())
+}
+
+#[tokio::test]
+async fn podset_never_overshoots_under_rapid_scaling() -> Result<()> {
+    rapid_scaling("podset-scale", &[]).await
+}
+
+/// Without the debounce every event is a reconcile, so the expectations alone keep the
+/// count right while the cache lags behind the operator's own writes.
+#[tokio::test]
+async fn podset_never_overshoots_under_rapid_scaling_without_debounce() -> Result<()> {
+    rapid_scaling("podset-scale-nodebounce", &["--reconcile-debounce=0s"]).await
 }
 
 #[tokio::test]

@@ -4,12 +4,13 @@
 //! Pods are simulated (kwok), so this test plays the kubelet for the consumers: a
 //! "follower" runs as many local `pulsar-consumer` processes as the Deployment asks for
 //! (starting and stopping them as the operator scales), as the other consumer tests run
-//! consumer processes locally. The operator reads the backlog through a TCP proxy in front
-//! of the broker's admin port, which the test stops to take the admin API away without
+//! consumer processes locally. The operator reads the backlog through a TCP proxy
+//! ([`TcpProxy`]) in front of the broker's admin port, which the test stops to take the admin API away without
 //! touching the broker other tests share.
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::operator::OperatorProcess;
+use e2e::proxy::TcpProxy;
 use e2e::pulsar::{
     ConsumerProcess, Received, expected_payloads, payload_counts, produce, shared_broker,
     unique_topic,
@@ -23,8 +24,6 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 
 const OPERATOR: &str = "pulsar-consumer-operator";
 /// Deadline of the waits on consumers and scaling (debug builds on a shared machine).
@@ -51,65 +50,6 @@ async fn admin_port() -> Result<u16> {
         .and_then(|url| url.trim().rsplit_once(':'))
         .and_then(|(_, port)| port.trim_end_matches('/').parse().ok())
         .with_context(|| format!("no admin URL in `cargo xtask pulsar status`:\n{stdout}"))
-}
-
-/// A TCP proxy on 127.0.0.1 in front of the broker's admin port, to stop and start.
-struct AdminProxy {
-    port: u16,
-    upstream: u16,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl AdminProxy {
-    async fn start(upstream: u16) -> Result<AdminProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let port = listener.local_addr()?.port();
-        let mut proxy = AdminProxy {
-            port,
-            upstream,
-            task: None,
-        };
-        proxy.serve(listener);
-        Ok(proxy)
-    }
-
-    fn serve(&mut self, listener: TcpListener) {
-        let upstream = self.upstream;
-        self.task = Some(tokio::spawn(async move {
-            // Dropping the set (when the task is aborted) aborts every connection.
-            let mut connections = JoinSet::new();
-            while let Ok((mut client, _)) = listener.accept().await {
-                connections.spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-            }
-        }));
-    }
-
-    /// Refuses connections from now on (and cuts the open ones).
-    fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-
-    /// Serves again on the same port.
-    async fn resume(&mut self) -> Result<()> {
-        let listener = poll("the admin proxy's port free again", TIMEOUT, || async {
-            Ok(TcpListener::bind(("127.0.0.1", self.port)).await.ok())
-        })
-        .await?;
-        self.serve(listener);
-        Ok(())
-    }
-}
-
-impl Drop for AdminProxy {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// Runs as many local consumer processes as the Deployment's `spec.replicas`, as a kubelet
@@ -308,7 +248,7 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
     ensure!(first.received().is_empty(), "nothing was produced yet");
     produce(&server, &topic, "auto", BACKLOG).await?;
 
-    let mut proxy = AdminProxy::start(upstream).await?;
+    let mut proxy = TcpProxy::start(upstream).await?;
     let ns = TestNamespace::restricted("pulsar-autoscale").await?;
     let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
     let pc: PulsarConsumer = create_from_json(
