@@ -178,10 +178,13 @@ impl OperatorProcess {
             .arg(format!(
                 "--health-probe-bind-address=127.0.0.1:{health_port}"
             ))
+            // JSON lines, with one debug line per API request: the RBAC test derives what
+            // each operator needs from the requests it made during the suite.
+            .arg("--log-format=json")
             .args(&options.args)
             .env("KUBECONFIG", &kubeconfig)
             .env("WATCH_NAMESPACE", namespaces.join(","))
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", xtask::requests::RUST_LOG)
             .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

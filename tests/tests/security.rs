@@ -8,7 +8,7 @@ use e2e::kinds::{self, OPERATORS, free_node_port};
 use e2e::manifests::{granted, kubectl_capture, kustomize, manifest_file, of_kind, write_json};
 use e2e::operator::{OperatorProcess, install};
 use e2e::rbac::{operator_user, permissions_beyond_baseline};
-use e2e::{TestNamespace, can_i, create_from_json, repo_root};
+use e2e::{TestNamespace, can_i, create_from_json, repo_root, target_dir};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
 use kube::api::{ListParams, PostParams};
@@ -31,7 +31,7 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
                 "podsets.batch.tutorial.kubebuilder.io/finalizers",
                 &["update"],
             ),
-            ("pods", &["list", "watch", "create", "delete", "patch"]),
+            ("pods", &["get", "list", "watch", "create", "delete", "patch"]),
             ("events.events.k8s.io", &["create", "patch"]),
         ],
         "memcached-operator" => &[
@@ -103,6 +103,51 @@ fn needed_for_metrics_auth() -> BTreeSet<(String, String)> {
         ("tokenreviews.authentication.k8s.io", &["create"]),
         ("subjectaccessreviews.authorization.k8s.io", &["create"]),
     ])
+}
+
+/// Permissions granted that no request of the suite shows, and why each is needed anyway.
+fn used_without_a_request(operator: &str) -> BTreeSet<(String, String)> {
+    // Creating a child whose owner reference blocks the owner's deletion
+    // (`blockOwnerDeletion`) needs `update` on the owner's finalizers subresource: the API
+    // server checks it on the child's create.
+    let mut implicit = expand(&[(&format!("{}/finalizers", own_plural(operator)), &["update"])]);
+    // A repeated event becomes a series, which the recorder patches; the suite may not
+    // repeat an event.
+    implicit.extend(expand(&[("events.events.k8s.io", &["patch"])]));
+    if operator != "podset-operator" {
+        // Leader election (lease and for-life) and the metrics authentication are the
+        // common crate's; the suite runs them with the PodSet operator.
+        implicit.extend(needed_for_leader_election());
+        implicit.extend(needed_for_metrics_auth());
+    }
+    implicit
+}
+
+/// Every API request the operator's processes logged during this run of the suite
+/// (`target/e2e-logs/<namespace>-<operator>-<suffix>.log`, JSON lines; `cargo xtask test`
+/// empties the directory first), as (`resource[.group][/subresource]`, verb).
+fn recorded_requests(operator: &str) -> Result<BTreeSet<(String, String)>> {
+    let mut recorded = BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(target_dir().join("e2e-logs")) else {
+        return Ok(recorded);
+    };
+    let marker = format!("-{operator}-");
+    for entry in entries {
+        let path = entry?.path();
+        if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains(&marker))
+        {
+            continue;
+        }
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        recorded.extend(
+            log.lines()
+                .filter_map(xtask::requests::parse_line)
+                .map(|r| (r.rbac_resource(), r.verb.to_owned())),
+        );
+    }
+    Ok(recorded)
 }
 
 fn expand(rules: &[(&str, &[&str])]) -> BTreeSet<(String, String)> {
@@ -203,6 +248,31 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
         in_system,
         "what {sa} may do in {system}"
     );
+
+    // What the operator really did: every API request its processes made during the
+    // suite (counted at the client) is allowed, and after a full run every permission was
+    // used, save the few the API server checks without a request of their own.
+    let recorded = recorded_requests(operator)?;
+    eprintln!(
+        "{operator}: {} distinct requests recorded: {recorded:?}",
+        recorded.len()
+    );
+    let not_allowed: Vec<_> = recorded.difference(&in_system).collect();
+    ensure!(
+        not_allowed.is_empty(),
+        "{operator} made requests its RBAC does not allow: {not_allowed:?}"
+    );
+    if std::env::var_os("E2E_FULL_SUITE").is_some() {
+        let implicit = used_without_a_request(operator);
+        let unused: Vec<_> = in_system
+            .difference(&recorded)
+            .filter(|p| !implicit.contains(*p))
+            .collect();
+        ensure!(
+            unused.is_empty(),
+            "{operator} may do what it never did during the suite: {unused:?}"
+        );
+    }
 
     // Each needed verb, one by one, here and (for reads) across namespaces.
     for (key, verb) in in_watched {

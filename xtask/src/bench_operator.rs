@@ -29,7 +29,6 @@
 
 mod procfs;
 pub(crate) mod report;
-mod requests;
 
 use crate::bench::{Machine, git_commit, out_dir, round3};
 use crate::{cluster, cmd, paths, pulsar};
@@ -50,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use xtask::requests;
 
 /// Options of `cargo xtask bench operator`.
 #[derive(Args, Clone)]

@@ -199,8 +199,14 @@ fn e2e(args: &TestArgs) -> Result<()> {
         None => cluster::up()?,
     };
     let _ = std::fs::remove_file(skipped_file());
+    // The operators' logs of this run only: the RBAC test reads the requests they made.
+    let _ = std::fs::remove_dir_all(paths::target_dir().join("e2e-logs"));
     let mut test = e2e_cargo(&kubeconfig, external.is_some())?;
     test.env("E2E_SKIPPED_FILE", skipped_file());
+    if args.e2e_filter.is_none() {
+        // Every test runs: the RBAC test may also check that each permission was used.
+        test.env("E2E_FULL_SUITE", "1");
+    }
     // Every test binary runs even when one fails: one run shows every failure.
     test.args(["test", "-p", "e2e", "--tests", "--no-fail-fast"]);
     test.arg("--");

@@ -24,6 +24,29 @@ pub struct Request {
     pub verb: &'static str,
     /// The resource, with `/<subresource>` when there is one.
     pub resource: String,
+    /// The API group (`""` for the core group).
+    pub group: String,
+}
+
+impl Request {
+    /// The resource as RBAC and `kubectl auth can-i --list` name it:
+    /// `resource[.group][/subresource]` (`pods`, `deployments.apps`,
+    /// `podsets.batch.tutorial.kubebuilder.io/status`).
+    #[must_use]
+    pub fn rbac_resource(&self) -> String {
+        let (resource, sub) = match self.resource.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (self.resource.as_str(), None),
+        };
+        let mut key = resource.to_owned();
+        if !self.group.is_empty() {
+            key = format!("{key}.{}", self.group);
+        }
+        if let Some(sub) = sub {
+            key = format!("{key}/{sub}");
+        }
+        key
+    }
 }
 
 /// Whether a verb writes.
@@ -77,9 +100,9 @@ pub fn classify(method: &str, url: &str) -> Option<Request> {
         .split_once('?')
         .unwrap_or((&url[path_start..], ""));
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let rest = match *segments.first()? {
-        "api" => segments.get(2..)?,
-        "apis" => segments.get(3..)?,
+    let (group, rest) = match *segments.first()? {
+        "api" => ("", segments.get(2..)?),
+        "apis" => (*segments.get(1)?, segments.get(3..)?),
         _ => return None,
     };
     // `namespaces/<ns>/<resource>...`, unless the namespace itself is the object.
@@ -111,7 +134,11 @@ pub fn classify(method: &str, url: &str) -> Option<Request> {
         ("DELETE", false) => "deletecollection",
         _ => return None,
     };
-    Some(Request { verb, resource })
+    Some(Request {
+        verb,
+        resource,
+        group: group.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -159,6 +186,30 @@ mod tests {
             Some(("list", "widgets".into()))
         );
         assert_eq!(c("GET", "/healthz"), None);
+    }
+
+    #[test]
+    fn rbac_names() {
+        let name = |method: &str, url: &str| classify(method, url).map(|r| r.rbac_resource());
+        assert_eq!(
+            name("GET", "/api/v1/namespaces/b/pods?&limit=500"),
+            Some("pods".into())
+        );
+        assert_eq!(
+            name("PATCH", "/apis/apps/v1/namespaces/b/deployments/d"),
+            Some("deployments.apps".into())
+        );
+        assert_eq!(
+            name(
+                "PATCH",
+                "/apis/batch.tutorial.kubebuilder.io/v1/namespaces/b/podsets/p/status"
+            ),
+            Some("podsets.batch.tutorial.kubebuilder.io/status".into())
+        );
+        assert_eq!(
+            name("POST", "/apis/authentication.k8s.io/v1/tokenreviews"),
+            Some("tokenreviews.authentication.k8s.io".into())
+        );
     }
 
     #[test]
