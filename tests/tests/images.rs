@@ -460,6 +460,8 @@ fn push_to_a_registry_keeps_the_digest() -> Result<()> {
     run(Command::new("skopeo").args([
         "copy",
         "--quiet",
+        // The whole index, both platforms, as pushed.
+        "--all",
         "--src-tls-verify=false",
         &remote,
         &format!("oci:{}:{tag}", pulled.display()),
