@@ -8,15 +8,17 @@
 //! operator's first scope is the failing one: startup must not depend on it either.
 
 use anyhow::{Context, Result, ensure};
-use e2e::kinds::{self, wait_podset_ready, wait_podset_replicas_ready};
+use e2e::kinds::{self, wait_memcached_ready, wait_podset_ready, wait_podset_replicas_ready};
 use e2e::manifests::{kustomize, of_kind};
 use e2e::operator::{
     OperatorOptions, OperatorProcess, http_get, install, service_account_kubeconfig_for,
 };
-use e2e::{TIMEOUT, TestNamespace, create_from_json, kubectl_scale, poll, repo_root};
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use e2e::{TIMEOUT, TestNamespace, create_from_json, kubectl_ok, kubectl_scale, poll, repo_root};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{DeleteParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use memcached_operator::api::Memcached;
 use podset_operator::api::PodSet;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -24,35 +26,39 @@ use std::path::{Path, PathBuf};
 const OPERATOR: &str = "podset-operator";
 
 /// The rules of the operator's Role in the namespaced overlay.
-fn overlay_role_rules() -> Result<Value> {
-    let objects = kustomize(&repo_root().join("deploy").join(OPERATOR).join("namespaced"))?;
+fn overlay_role_rules(operator: &str) -> Result<Value> {
+    let objects = kustomize(&repo_root().join("deploy").join(operator).join("namespaced"))?;
     of_kind(&objects, "Role")
         .into_iter()
-        .find(|r| r["metadata"]["name"] == OPERATOR)
+        .find(|r| r["metadata"]["name"] == operator)
         .map(|r| r["rules"].clone())
         .context("the namespaced overlay has no Role named after the operator")
 }
 
-/// A ServiceAccount in `home` bound to the overlay's Role in each of `namespaces`;
-/// returns a kubeconfig with its token.
-async fn scoped_identity(home: &TestNamespace, namespaces: &[&TestNamespace]) -> Result<PathBuf> {
-    let rules = overlay_role_rules()?;
-    let sa_name = format!("{OPERATOR}-isolated");
+/// A ServiceAccount in `home` bound to the `operator`'s overlay Role in each of
+/// `namespaces`; returns a kubeconfig with its token.
+async fn scoped_identity(
+    operator: &str,
+    home: &TestNamespace,
+    namespaces: &[&TestNamespace],
+) -> Result<PathBuf> {
+    let rules = overlay_role_rules(operator)?;
+    let sa_name = format!("{operator}-isolated");
     let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa_name}}))?;
     home.api::<ServiceAccount>()
         .create(&PostParams::default(), &sa)
         .await?;
     for ns in namespaces {
         let role: Role = serde_json::from_value(json!({
-            "metadata": {"name": OPERATOR},
+            "metadata": {"name": operator},
             "rules": rules,
         }))?;
         ns.api::<Role>()
             .create(&PostParams::default(), &role)
             .await?;
         let binding: RoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": OPERATOR},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": OPERATOR},
+            "metadata": {"name": operator},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": operator},
             "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": home.name}],
         }))?;
         ns.api::<RoleBinding>()
@@ -62,9 +68,13 @@ async fn scoped_identity(home: &TestNamespace, namespaces: &[&TestNamespace]) ->
     service_account_kubeconfig_for(&home.name, &sa_name)
 }
 
-async fn start(kubeconfig: &Path, namespaces: [&TestNamespace; 2]) -> Result<OperatorProcess> {
+async fn start(
+    operator: &str,
+    kubeconfig: &Path,
+    namespaces: [&TestNamespace; 2],
+) -> Result<OperatorProcess> {
     OperatorProcess::start_with(
-        OPERATOR,
+        operator,
         &[&namespaces[0].name, &namespaces[1].name],
         OperatorOptions {
             kubeconfig: Some(kubeconfig.to_path_buf()),
@@ -83,10 +93,10 @@ async fn a_namespace_whose_watches_fail_does_not_stop_the_others() -> Result<()>
         broken.name < working.name,
         "the failing namespace must sort first"
     );
-    let kubeconfig = scoped_identity(&working, &[&broken, &working]).await?;
+    let kubeconfig = scoped_identity(OPERATOR, &working, &[&broken, &working]).await?;
 
     // Both namespaces served while both are bound.
-    let op = start(&kubeconfig, [&broken, &working]).await?;
+    let op = start(OPERATOR, &kubeconfig, [&broken, &working]).await?;
     create_from_json::<PodSet>(&broken, kinds::podset("before", 1)).await?;
     create_from_json::<PodSet>(&working, kinds::podset("before", 1)).await?;
     for ns in [&broken, &working] {
@@ -102,7 +112,7 @@ async fn a_namespace_whose_watches_fail_does_not_stop_the_others() -> Result<()>
         .delete(OPERATOR, &DeleteParams::default())
         .await?;
     // RBAC takes effect at once for new requests; a restart re-lists everything.
-    let op = start(&kubeconfig, [&broken, &working]).await?;
+    let op = start(OPERATOR, &kubeconfig, [&broken, &working]).await?;
 
     // Ready (start waited for /readyz 200), and the body names the failing namespace.
     let port = op.health_port;
@@ -173,5 +183,46 @@ async fn a_namespace_whose_watches_fail_does_not_stop_the_others() -> Result<()>
         pods.items.is_empty(),
         "pods were created for the unseen PodSet"
     );
+    Ok(())
+}
+
+/// Defect 11: a watched namespace deleted in namespaced mode, with a Memcached (and its
+/// finalizer) in it. The namespace's Role and RoleBinding go in the same sweep as the
+/// Memcached, yet the namespace must not stay Terminating, and the operator keeps
+/// serving the other namespace.
+#[tokio::test]
+async fn a_watched_namespace_deleted_in_namespaced_mode_goes_away() -> Result<()> {
+    const MEMCACHED: &str = "memcached-operator";
+    install(MEMCACHED)?;
+    let doomed = TestNamespace::restricted("nsdel-doomed").await?;
+    let kept = TestNamespace::restricted("nsdel-kept").await?;
+    let kubeconfig = scoped_identity(MEMCACHED, &kept, &[&doomed, &kept]).await?;
+    let mut op = start(MEMCACHED, &kubeconfig, [&doomed, &kept]).await?;
+    create_from_json::<Memcached>(&doomed, kinds::memcached("cache", 1)).await?;
+    let mc = wait_memcached_ready(&doomed, "cache")
+        .await
+        .with_context(|| format!("operator log:\n{}", op.log()))?;
+    ensure!(
+        !mc.finalizers().is_empty(),
+        "the Memcached carries the finalizer"
+    );
+
+    kubectl_ok(["delete", "namespace", &doomed.name, "--wait=false"])?;
+    let namespaces: Api<Namespace> = Api::all(kept.client.clone());
+    poll("the deleted namespace gone", TIMEOUT, || async {
+        Ok(namespaces
+            .get_opt(&doomed.name)
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await
+    .with_context(|| format!("operator log:\n{}", op.log()))?;
+
+    create_from_json::<Memcached>(&kept, kinds::memcached("cache", 1)).await?;
+    wait_memcached_ready(&kept, "cache")
+        .await
+        .with_context(|| format!("operator log:\n{}", op.log()))?;
+    ensure!(op.is_running(), "the operator exited:\n{}", op.log());
     Ok(())
 }

@@ -31,7 +31,10 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
                 "podsets.batch.tutorial.kubebuilder.io/finalizers",
                 &["update"],
             ),
-            ("pods", &["get", "list", "watch", "create", "delete", "patch"]),
+            (
+                "pods",
+                &["get", "list", "watch", "create", "delete", "patch"],
+            ),
             ("events.events.k8s.io", &["create", "patch"]),
         ],
         "memcached-operator" => &[
