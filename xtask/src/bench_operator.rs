@@ -58,10 +58,10 @@ pub struct OperatorArgs {
     #[arg(long, value_enum, default_value_t = Operator::Podset)]
     operator: Operator,
     /// Objects created at once (N).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     objects: u32,
     /// Replicas of each object (PodSet, Memcached, PulsarConsumer; a Lolcow has one pod).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(2..=20))]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=20))]
     replicas: i32,
     /// The quiet window after convergence, in seconds, during which the operator must not write.
     #[arg(long, default_value_t = 60)]
@@ -195,14 +195,15 @@ impl Operator {
 
     /// The spec change of phase 4 (merge patch) and what it is, for the report.
     fn change(self, replicas: i32) -> (Value, String) {
+        let to = self.changed_replicas(replicas);
         match self {
             Operator::Podset | Operator::PulsarConsumer => (
-                json!({ "spec": { "replicas": replicas - 1 } }),
-                format!("replicas {replicas} -> {}", replicas - 1),
+                json!({ "spec": { "replicas": to } }),
+                format!("replicas {replicas} -> {to}"),
             ),
             Operator::Memcached => (
-                json!({ "spec": { "size": replicas - 1 } }),
-                format!("size {replicas} -> {}", replicas - 1),
+                json!({ "spec": { "size": to } }),
+                format!("size {replicas} -> {to}"),
             ),
             Operator::Lolcow => (
                 json!({ "spec": { "greeting": "Moo again from the bench" } }),
@@ -211,11 +212,12 @@ impl Operator {
         }
     }
 
-    /// Replicas after [`Operator::change`].
+    /// Replicas after [`Operator::change`]: one fewer, or one more from a single replica.
     fn changed_replicas(self, replicas: i32) -> i32 {
         match self {
             Operator::Lolcow => replicas,
-            _ => replicas - 1,
+            _ if replicas > 1 => replicas - 1,
+            _ => replicas + 1,
         }
     }
 
@@ -1028,6 +1030,40 @@ async fn bench_in(
         procfs::mib(steady.rss_kib)
     );
 
+    // Restart with everything in place: the operator stops (SIGTERM) and starts again;
+    // until every object was reconciled once (`controller_runtime_reconcile_total` reaches
+    // N) it must write nothing.
+    let first_log = process.log_from(0);
+    let before_restart = process.sample()?;
+    process.stop();
+    let t_restart = Instant::now();
+    let restart_log = logs.join(format!(
+        "{}-restart.log",
+        run_name(op, n, args.stranger_pods)
+    ));
+    let mut process = OperatorProcess::start(binary, sa_kubeconfig, namespace, &restart_log, &env)?;
+    process.wait_ready().await?;
+    let restart_ready_seconds = seconds(t_restart, Instant::now());
+    let t_reconciled = wait_until(
+        "every object reconciled after the restart",
+        timeout,
+        || process.reconciles() >= u64::from(n),
+        || format!("{} of {n} reconciles", process.reconciles()),
+    )
+    .await?;
+    let restarted = process.sample()?;
+    let log_restarted = process.log_len();
+    let restart_text = process.log_from(0);
+    let (restart_requests, _, restart_writes) = requests_json(
+        restart_text.get(..log_restarted).unwrap_or(&restart_text),
+        n,
+    );
+    let restart_seconds = seconds(t_restart, t_reconciled);
+    println!(
+        "    restart: every object reconciled {restart_seconds}s after the stop, {restart_writes} writes, peak RSS {} MiB",
+        procfs::mib(restarted.hwm_kib)
+    );
+
     // Change every spec.
     let (patch, change) = op.change(replicas);
     let want_pods_after = (n as usize) * op.pods_per_object(op.changed_replicas(replicas)) as usize;
@@ -1126,14 +1162,19 @@ async fn bench_in(
     let log_end = process.log_len();
     process.stop();
 
-    // Requests by phase, from the operator's log.
+    // Requests by phase, from the operator's logs (before and after the restart).
     let log = process.log_from(0);
     let slice = |from: usize, to: usize| log.get(from..to.min(log.len())).unwrap_or_default();
-    let (startup_req, _, _) = requests_json(slice(0, log_idle), n);
-    let (create_req, _, create_writes) = requests_json(slice(log_idle, log_converged), n);
-    let (change_req, _, _) = requests_json(slice(log_settled, log_changed), n);
+    let first = |from: usize, to: usize| {
+        first_log
+            .get(from..to.min(first_log.len()))
+            .unwrap_or_default()
+    };
+    let (startup_req, _, _) = requests_json(first(0, log_idle), n);
+    let (create_req, _, create_writes) = requests_json(first(log_idle, log_converged), n);
+    let (change_req, _, _) = requests_json(slice(log_restarted, log_changed), n);
     let (delete_req, _, _) = requests_json(slice(log_changed, log_end), n);
-    let (total_req, _, _) = requests_json(slice(0, log_end), n);
+    let (total_req, _, _) = requests_json(&format!("{first_log}{}", slice(0, log_end)), n);
 
     let machine = Machine::probe();
     Ok(json!({
@@ -1192,12 +1233,22 @@ async fn bench_in(
             "anon_kib": steady.anon_kib,
             "cpu_seconds": round3(steady.cpu_seconds - loaded.cpu_seconds),
         },
+        "restart": {
+            "ready_seconds": restart_ready_seconds,
+            "all_reconciled_seconds": restart_seconds,
+            "writes": restart_writes,
+            "requests": restart_requests,
+            "hwm_kib": restarted.hwm_kib,
+            "rss_kib": restarted.rss_kib,
+            "steady_rss_kib": steady.rss_kib,
+            "cpu_seconds": round3(restarted.cpu_seconds),
+        },
         "change": {
             "what": change,
             "all_ready_seconds": change_seconds,
             "latency_p50_seconds": quantile(&change_lat, 0.5),
             "latency_p99_seconds": quantile(&change_lat, 0.99),
-            "cpu_seconds": round3(changed.cpu_seconds - steady.cpu_seconds),
+            "cpu_seconds": round3(changed.cpu_seconds - restarted.cpu_seconds),
             "requests": change_req,
         },
         "delete": {
@@ -1206,12 +1257,16 @@ async fn bench_in(
             "requests": delete_req,
         },
         "end": {
-            "hwm_kib": end.hwm_kib,
+            // The larger peak of the two processes (before and after the restart).
+            "hwm_kib": end.hwm_kib.max(before_restart.hwm_kib),
             "rss_kib": end.rss_kib,
             "threads": end.threads,
-            "cpu_seconds": round3(end.cpu_seconds),
+            // Both processes.
+            "cpu_seconds": round3(before_restart.cpu_seconds + end.cpu_seconds),
             "requests": total_req,
         },
+        // What the objects cost: converged RSS above idle, per object.
+        "kib_per_object": (steady.rss_kib.saturating_sub(idle.rss_kib)) as f64 / f64::from(n.max(1)),
     }))
 }
 

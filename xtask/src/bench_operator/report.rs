@@ -98,6 +98,15 @@ fn runs() -> Result<Vec<Value>> {
     Ok(runs)
 }
 
+/// A number, or `-` for a run recorded before the field existed.
+fn cell_or_dash(v: &Value) -> String {
+    if v.is_null() {
+        "-".to_owned()
+    } else {
+        v.to_string()
+    }
+}
+
 fn mark(ok: bool) -> &'static str {
     if ok { "met" } else { "**missed**" }
 }
@@ -141,17 +150,17 @@ fn markdown(runs: &[Value]) -> String {
         md,
         "| operator | N | pods | idle RSS MiB (anon) | peak RSS MiB | RSS after quiet MiB (anon) | threads | \
          all Ready s | p50 s | p99 s | requests/obj | writes/obj (min) | extra pods | \
-         quiet writes (s) | change s | delete s | CPU s |"
+         quiet writes (s) | restart s (writes) | KiB/obj | change s | delete s | CPU s |"
     );
     let _ = writeln!(
         md,
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | \
-         ---: | ---: | ---: | ---: | ---: |"
+         ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for r in runs {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} |",
+            "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {:.1} | {} | {} | {} |",
             operator_cell(r),
             r["objects"],
             r["pods"]["desired"],
@@ -170,6 +179,9 @@ fn markdown(runs: &[Value]) -> String {
             r["pods"]["extra"],
             r["steady"]["writes"],
             r["steady"]["window_seconds"],
+            cell_or_dash(&r["restart"]["all_reconciled_seconds"]),
+            cell_or_dash(&r["restart"]["writes"]),
+            f(&r["kib_per_object"]),
             r["change"]["all_ready_seconds"],
             r["delete"]["children_gone_seconds"],
             r["end"]["cpu_seconds"],
@@ -191,6 +203,10 @@ fn markdown(runs: &[Value]) -> String {
          5 %.\n\
          - Extra pods: pods ever seen (a watch on the namespace) beyond N x replicas, before \
          the change. Quiet writes: writes during the window after convergence.\n\
+         - Restart: with every object converged, the operator is stopped (SIGTERM) and \
+         started again; seconds from the stop until `controller_runtime_reconcile_total` \
+         reaches N (every object reconciled once), and the writes it made meanwhile (0 \
+         expected). KiB/obj: RSS after the quiet window above idle RSS, per object.\n\
          - Change: every spec changed at once (replicas - 1; Lolcow: a new greeting) until \
          all Ready again; delete: every object deleted until no child is left.\n\
          - CPU: `utime + stime` of the operator over the whole run.\n\
