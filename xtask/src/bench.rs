@@ -215,19 +215,7 @@ fn consumer(args: &ConsumerArgs) -> Result<()> {
     let n = args.messages;
     if !args.no_build {
         println!("==> bench consumer: building pulsar-consumer (release)");
-        cmd::run(
-            Command::new(env!("CARGO"))
-                .current_dir(paths::repo_root())
-                .args([
-                    "build",
-                    "--quiet",
-                    "--release",
-                    "-p",
-                    "pulsar-consumer",
-                    "--bin",
-                    "pulsar-consumer",
-                ]),
-        )?;
+        build_release(&["pulsar-consumer"])?;
     }
     let binary = paths::target_dir().join("release/pulsar-consumer");
     ensure!(binary.is_file(), "{} was not built", binary.display());
@@ -271,9 +259,6 @@ fn consumer(args: &ConsumerArgs) -> Result<()> {
         },
         "scenarios": scenario_json,
     });
-    let json_path = dir.join("consumer.json");
-    fs::write(&json_path, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", json_path.display()))?;
 
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark: pulsar-consumer throughput\n");
@@ -312,11 +297,7 @@ fn consumer(args: &ConsumerArgs) -> Result<()> {
          else runs share the CPUs.",
         rate(n, produce_seconds)
     );
-    let md_path = dir.join("consumer.md");
-    fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
-    print!("{md}");
-    println!("wrote {} and {}", json_path.display(), md_path.display());
-    Ok(())
+    write_report(&dir, "consumer", &report, &md)
 }
 
 // ---------------------------------------------------------------------------
@@ -325,20 +306,7 @@ fn consumer(args: &ConsumerArgs) -> Result<()> {
 
 fn autoscale() -> Result<()> {
     println!("==> bench autoscale: building the operator and the consumer (release)");
-    cmd::run(
-        Command::new(env!("CARGO"))
-            .current_dir(paths::repo_root())
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "-p",
-                "pulsar-consumer",
-                "-p",
-                "pulsar-consumer-operator",
-                "--bins",
-            ]),
-    )?;
+    build_release(&["pulsar-consumer", "pulsar-consumer-operator"])?;
     let started_cluster = !crate::cluster::is_up(&crate::cluster::Layout::new());
     let pulsar_was_running = pulsar::is_running();
     let kubeconfig = crate::cluster::up()?;
@@ -386,9 +354,6 @@ fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result
         "machine": machine.json(),
         "runs": runs,
     });
-    let json_path = dir.join("autoscale.json");
-    fs::write(&json_path, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", json_path.display()))?;
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark: draining a backlog, autoscaled or not\n");
     let _ = writeln!(
@@ -425,8 +390,28 @@ fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result
          consumers share the machine's CPUs, so more consumers help only as far as the \
          CPUs allow (see `consumer.md` for one against two consumers)."
     );
-    let md_path = dir.join("autoscale.md");
-    fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    write_report(dir, "autoscale", &report, &md)
+}
+
+/// `cargo build --release` of the binaries of `packages`.
+fn build_release(packages: &[&str]) -> Result<()> {
+    let mut build = Command::new(env!("CARGO"));
+    build
+        .current_dir(paths::repo_root())
+        .args(["build", "--quiet", "--release", "--bins"]);
+    for p in packages {
+        build.args(["-p", p]);
+    }
+    cmd::run(&mut build)
+}
+
+/// Writes `target/bench/<name>.json` and `<name>.md`, prints the Markdown and where both went.
+fn write_report(dir: &Path, name: &str, report: &Value, md: &str) -> Result<()> {
+    let json_path = dir.join(format!("{name}.json"));
+    fs::write(&json_path, serde_json::to_string_pretty(report)? + "\n")
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    let md_path = dir.join(format!("{name}.md"));
+    fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
     print!("{md}");
     println!("wrote {} and {}", json_path.display(), md_path.display());
     Ok(())
