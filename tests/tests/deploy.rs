@@ -248,9 +248,13 @@ fn check_overlay(operator: &str) -> Result<Value> {
     // The one exception: secure /metrics needs TokenReviews and SubjectAccessReviews,
     // which are cluster-scoped, so a ClusterRole grants them (and nothing else); the
     // metrics-reader ClusterRole names a URL, no object.
+    // Memcached, the one kind with a finalizer, also keeps get and patch of Memcacheds
+    // (and their status) cluster-wide: a deleted watched namespace loses its Role in the
+    // same sweep that deletes its Memcacheds, and the finalizer must still come off.
     let metrics_roles = [
         format!("{operator}-metrics-auth-role"),
         format!("{operator}-metrics-reader"),
+        format!("{operator}-finalizer"),
     ];
     for kind in [
         "ClusterRole",
@@ -277,13 +281,20 @@ fn check_overlay(operator: &str) -> Result<Value> {
     }
     for role in of_kind(&objects, "ClusterRole") {
         for (resource, verb) in granted(role) {
+            let metrics_auth = verb == "create"
+                && matches!(
+                    resource.as_str(),
+                    "tokenreviews.authentication.k8s.io"
+                        | "subjectaccessreviews.authorization.k8s.io"
+                );
+            let finalizer = operator == "memcached-operator"
+                && matches!(
+                    (resource.as_str(), verb.as_str()),
+                    ("memcacheds.cache.example.com", "get" | "patch")
+                        | ("memcacheds.cache.example.com/status", "patch")
+                );
             ensure!(
-                verb == "create"
-                    && matches!(
-                        resource.as_str(),
-                        "tokenreviews.authentication.k8s.io"
-                            | "subjectaccessreviews.authorization.k8s.io"
-                    ),
+                metrics_auth || finalizer,
                 "the namespaced overlay of {operator} grants {verb} {resource} cluster-wide"
             );
         }

@@ -35,13 +35,31 @@ fn overlay_role_rules(operator: &str) -> Result<Value> {
         .context("the namespaced overlay has no Role named after the operator")
 }
 
+/// Cluster-scoped grants a test made (labelled with its home namespace); deleted when
+/// dropped.
+struct ClusterGrants(String);
+
+impl Drop for ClusterGrants {
+    fn drop(&mut self) {
+        let _ = e2e::kubectl()
+            .args([
+                "delete",
+                "clusterrolebinding,clusterrole",
+                "-l",
+                &format!("e2e.rust-operators.dev/namespace={}", self.0),
+                "--wait=false",
+            ])
+            .output();
+    }
+}
+
 /// A ServiceAccount in `home` bound to the `operator`'s overlay Role in each of
 /// `namespaces`; returns a kubeconfig with its token.
 async fn scoped_identity(
     operator: &str,
     home: &TestNamespace,
     namespaces: &[&TestNamespace],
-) -> Result<PathBuf> {
+) -> Result<(PathBuf, ClusterGrants)> {
     let rules = overlay_role_rules(operator)?;
     let sa_name = format!("{operator}-isolated");
     let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa_name}}))?;
@@ -65,7 +83,56 @@ async fn scoped_identity(
             .create(&PostParams::default(), &binding)
             .await?;
     }
-    service_account_kubeconfig_for(&home.name, &sa_name)
+    // The overlay's cluster-wide grant on the operator's own kind, if it has one (the
+    // Memcached finalizer), bound to this ServiceAccount under a name of the test's own.
+    let objects = kustomize(&repo_root().join("deploy").join(operator).join("namespaced"))?;
+    let grants = ClusterGrants(home.name.clone());
+    if let Some(role) = of_kind(&objects, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == format!("{operator}-finalizer"))
+    {
+        let name = format!("{}-{operator}-finalizer", home.name);
+        kubectl_apply_json(&json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": name, "labels": {"e2e.rust-operators.dev/namespace": home.name}},
+                    "rules": role["rules"],
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name, "labels": {"e2e.rust-operators.dev/namespace": home.name}},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": home.name}],
+                },
+            ],
+        }))?;
+    }
+    Ok((
+        service_account_kubeconfig_for(&home.name, &sa_name)?,
+        grants,
+    ))
+}
+
+/// `kubectl apply -f -` of a JSON document.
+fn kubectl_apply_json(doc: &Value) -> Result<()> {
+    use std::io::Write;
+    let mut child = e2e::kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("kubectl's stdin")?
+        .write_all(doc.to_string().as_bytes())?;
+    ensure!(child.wait()?.success(), "kubectl apply failed");
+    Ok(())
 }
 
 async fn start(
@@ -93,7 +160,7 @@ async fn a_namespace_whose_watches_fail_does_not_stop_the_others() -> Result<()>
         broken.name < working.name,
         "the failing namespace must sort first"
     );
-    let kubeconfig = scoped_identity(OPERATOR, &working, &[&broken, &working]).await?;
+    let (kubeconfig, _grants) = scoped_identity(OPERATOR, &working, &[&broken, &working]).await?;
 
     // Both namespaces served while both are bound.
     let op = start(OPERATOR, &kubeconfig, [&broken, &working]).await?;
@@ -196,7 +263,7 @@ async fn a_watched_namespace_deleted_in_namespaced_mode_goes_away() -> Result<()
     install(MEMCACHED)?;
     let doomed = TestNamespace::restricted("nsdel-doomed").await?;
     let kept = TestNamespace::restricted("nsdel-kept").await?;
-    let kubeconfig = scoped_identity(MEMCACHED, &kept, &[&doomed, &kept]).await?;
+    let (kubeconfig, _grants) = scoped_identity(MEMCACHED, &kept, &[&doomed, &kept]).await?;
     let mut op = start(MEMCACHED, &kubeconfig, [&doomed, &kept]).await?;
     create_from_json::<Memcached>(&doomed, kinds::memcached("cache", 1)).await?;
     let mc = wait_memcached_ready(&doomed, "cache")
