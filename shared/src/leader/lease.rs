@@ -375,3 +375,6 @@ fn released(spec: &LeaseSpec, me: &str, now: MicroTime) -> Option<LeaseSpec> {
         ..spec.clone()
     })
 }
+
+#[cfg(test)]
+mod tests;
