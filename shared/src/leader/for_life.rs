@@ -11,7 +11,9 @@ use kube::{
     api::{DeleteParams, PostParams, Preconditions},
 };
 
-use super::LeaderConfig;
+use tokio::sync::oneshot;
+
+use super::{LeaderConfig, Leadership};
 
 /// operator-sdk's leader-for-life lock: a ConfigMap owned by the leader's Pod.
 #[derive(Debug)]
@@ -87,32 +89,19 @@ impl ForLifeLock {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
-        let Some(existing) = self.config_maps.get_opt(&self.config.lease_name).await? else {
-            return Ok(Some("(lock just deleted)".into()));
+        let existing = self.config_maps.get_opt(&self.config.lease_name).await?;
+        let holder = match decide(&my_uid, existing.as_ref()) {
+            Decision::Lead => return Ok(None),
+            Decision::StandBy { owner } => return Ok(Some(owner)),
+            Decision::CheckOwner(holder) => holder,
         };
-        let Some(holder) = existing
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "Pod")
-            .cloned()
-        else {
-            return Ok(Some("(a lock without an owner Pod)".into()));
-        };
-        if holder.uid == my_uid {
-            // This Pod led before (the process restarted): it still does.
-            return Ok(None);
-        }
-        let alive = self
-            .pods
-            .get_opt(&holder.name)
-            .await?
-            .is_some_and(|p| p.meta().uid.as_deref() == Some(holder.uid.as_str()));
-        if !alive {
+        let pod = self.pods.get_opt(&holder.name).await?;
+        if owner_gone(&holder, pod.as_ref()) {
             // The owner is gone but garbage collection has not removed the lock yet:
             // delete exactly that lock (precondition on its UID) and try again.
             let precondition = DeleteParams {
                 preconditions: Some(Preconditions {
-                    uid: existing.meta().uid.clone(),
+                    uid: existing.and_then(|lock| lock.metadata.uid),
                     resource_version: None,
                 }),
                 ..DeleteParams::default()
@@ -131,6 +120,60 @@ impl ForLifeLock {
         }
         Ok(Some(holder.name))
     }
+
+    /// Leadership held until the Pod is gone: never lost, nothing to hand back on shutdown.
+    pub(super) fn keep_leading(self) -> Leadership {
+        let (lost_tx, lost) = oneshot::channel();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = stop_rx.await;
+            drop(lost_tx);
+            None
+        });
+        Leadership { lost, stop, task }
+    }
+}
+
+/// What a candidate makes of the lock it could not create (operator-sdk's `Become`,
+/// without the I/O).
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    /// The lock is owned by this Pod (its process restarted): it still leads.
+    Lead,
+    /// Stand by: the lock is gone again or has no owner Pod.
+    StandBy {
+        /// What the "standing by" log line names as the owner.
+        owner: String,
+    },
+    /// Another Pod owns the lock: whether it still exists ([`owner_gone`]) decides
+    /// between standing by and removing its lock.
+    CheckOwner(OwnerReference),
+}
+
+/// Decides on the existing lock, purely. `my_uid` is this replica's Pod UID; `lock` the
+/// ConfigMap read after the create conflicted (`None` when it was deleted in between).
+fn decide(my_uid: &str, lock: Option<&ConfigMap>) -> Decision {
+    let Some(lock) = lock else {
+        return Decision::StandBy {
+            owner: "(lock just deleted)".into(),
+        };
+    };
+    let Some(holder) = lock.owner_references().iter().find(|o| o.kind == "Pod") else {
+        return Decision::StandBy {
+            owner: "(a lock without an owner Pod)".into(),
+        };
+    };
+    if holder.uid == my_uid {
+        Decision::Lead
+    } else {
+        Decision::CheckOwner(holder.clone())
+    }
+}
+
+/// Whether the Pod that owns the lock is gone: `pod` (read by the owner's name) is missing,
+/// or is another Pod of the same name (a different UID). Its lock may then be removed.
+fn owner_gone(owner: &OwnerReference, pod: Option<&Pod>) -> bool {
+    pod.is_none_or(|p| p.meta().uid.as_deref() != Some(owner.uid.as_str()))
 }
 
 /// Why a leader-for-life attempt failed.
@@ -145,4 +188,90 @@ enum ForLifeError {
     /// The API call failed.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_owner(name: &str, uid: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: name.into(),
+            uid: uid.into(),
+            ..OwnerReference::default()
+        }
+    }
+
+    fn lock(owners: Vec<OwnerReference>) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("operator-lock".into()),
+                uid: Some("lock-uid".into()),
+                owner_references: Some(owners),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn pod(name: &str, uid: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: uid.map(Into::into),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn lock_of_this_pod_still_leads() {
+        let mine = lock(vec![pod_owner("operator-a", "uid-a")]);
+        assert_eq!(decide("uid-a", Some(&mine)), Decision::Lead);
+    }
+
+    #[test]
+    fn lock_gone_or_without_owner_pod_stands_by() {
+        assert_eq!(
+            decide("uid-a", None),
+            Decision::StandBy {
+                owner: "(lock just deleted)".into()
+            }
+        );
+        let not_a_pod = OwnerReference {
+            kind: "ReplicaSet".into(),
+            ..pod_owner("operator", "uid-a")
+        };
+        for owners in [vec![], vec![not_a_pod]] {
+            assert_eq!(
+                decide("uid-a", Some(&lock(owners))),
+                Decision::StandBy {
+                    owner: "(a lock without an owner Pod)".into()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn lock_of_another_pod_depends_on_that_pod() {
+        let theirs = pod_owner("operator-b", "uid-b");
+        assert_eq!(
+            decide("uid-a", Some(&lock(vec![theirs.clone()]))),
+            Decision::CheckOwner(theirs)
+        );
+    }
+
+    #[test]
+    fn owner_pod_gone_means_take_over_otherwise_stand_by() {
+        let owner = pod_owner("operator-b", "uid-b");
+        // Still there: stand by.
+        assert!(!owner_gone(&owner, Some(&pod("operator-b", Some("uid-b")))));
+        // Deleted, or replaced by a new Pod of the same name: the lock may go.
+        assert!(owner_gone(&owner, None));
+        assert!(owner_gone(&owner, Some(&pod("operator-b", Some("uid-c")))));
+        assert!(owner_gone(&owner, Some(&pod("operator-b", None))));
+    }
 }

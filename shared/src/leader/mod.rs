@@ -177,17 +177,7 @@ impl Elector {
     pub fn keep_leading(self) -> Leadership {
         match self {
             Elector::Lease(lock) => lock.keep_leading(),
-            Elector::ForLife(_) => {
-                // Held until the Pod is gone: never lost, nothing to hand back on shutdown.
-                let (lost_tx, lost) = oneshot::channel();
-                let (stop, stop_rx) = oneshot::channel::<()>();
-                let task = tokio::spawn(async move {
-                    let _ = stop_rx.await;
-                    drop(lost_tx);
-                    None
-                });
-                Leadership { lost, stop, task }
-            }
+            Elector::ForLife(lock) => lock.keep_leading(),
         }
     }
 }
