@@ -14,6 +14,12 @@
 //! collection, or a candidate that finds the owner gone). There is no split brain even when
 //! a node is cut off (a lease could expire while the old leader still runs), at the price
 //! of slower takeover.
+//!
+//! Layout: this file holds the configuration, timing helpers, [`Elector`] and
+//! [`Leadership`]; `lease.rs` and `for_life.rs` hold each mode. In both, what to do is
+//! decided by a pure function of what was read (and, for the lease, of the local
+//! observation and clock), unit-tested without a cluster; the async loops only read,
+//! decide and perform the write the decision names.
 
 mod for_life;
 mod lease;
