@@ -49,7 +49,8 @@ impl Cli {
     }
 
     /// Parses `args` (the first one is the program name). With `--leader-elect`, the
-    /// election timing is checked as client-go checks it (see [`crate::leader::validate_timing`]).
+    /// election timing is checked as client-go checks it (see [`crate::leader::validate_timing`]);
+    /// `--kube-api-qps` and `--kube-api-burst` are checked always ([`RunArgs::client_rate_limit`]).
     ///
     /// # Errors
     /// A clap error describing the bad flag.
@@ -69,6 +70,9 @@ impl Cli {
             crate::leader::validate_timing(a.lease_duration, a.renew_deadline, a.retry_period)
                 .map_err(|msg| command.error(clap::error::ErrorKind::ValueValidation, msg))?;
         }
+        cli.run
+            .client_rate_limit()
+            .map_err(|msg| command.error(clap::error::ErrorKind::ValueValidation, msg))?;
         Ok(cli)
     }
 
@@ -154,6 +158,21 @@ pub struct RunArgs {
     /// cost one reconcile and one status write instead of one each.
     #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
     pub reconcile_debounce: Duration,
+
+    /// Client-side rate limit of the requests to the Kubernetes API server, as client-go's
+    /// token bucket: requests per second on average (a finite number > 0; 20 is
+    /// controller-runtime's default up to v0.20). Every request waits for a token; a watch
+    /// takes one when it starts and holds none. Answers 429 Too Many Requests (and 503 with
+    /// Retry-After) are retried after their Retry-After (at most 10 s; 1 s, 2 s, 4 s, ...
+    /// without it), 5 attempts in all.
+    #[arg(long, global = true, default_value_t = crate::rate_limit::DEFAULT_QPS, value_name = "QPS")]
+    pub kube_api_qps: f32,
+
+    /// Requests to the Kubernetes API server allowed at once after a quiet spell: the size
+    /// of the `--kube-api-qps` token bucket (at least 1; 30 is controller-runtime's default
+    /// up to v0.20).
+    #[arg(long, global = true, default_value_t = crate::rate_limit::DEFAULT_BURST, value_name = "N")]
+    pub kube_api_burst: u32,
 
     /// Namespaces to watch: empty = all, `a` = one, `a,b` = several. Nothing outside is read or touched.
     #[arg(
@@ -303,6 +322,14 @@ impl RunArgs {
             None if self.zap_devel => "debug".to_owned(),
             None => "info".to_owned(),
         }
+    }
+
+    /// The API client's rate limit from `--kube-api-qps` and `--kube-api-burst`.
+    ///
+    /// # Errors
+    /// A message naming the flag whose value is out of range.
+    pub fn client_rate_limit(&self) -> Result<crate::rate_limit::ClientRateLimit, String> {
+        crate::rate_limit::ClientRateLimit::new(self.kube_api_qps, self.kube_api_burst)
     }
 
     /// The namespace of the leader-election Lease: the flag, else the pod's own namespace, else `default`.
@@ -475,6 +502,73 @@ mod tests {
             "podset-operator-leader"
         );
         assert_eq!(a.leader_election_mode, LeaderElectionMode::Lease);
+        assert_eq!(
+            a.client_rate_limit().unwrap(),
+            crate::rate_limit::ClientRateLimit::default()
+        );
+    }
+
+    /// controller-runtime's old defaults (client-go's token bucket at 20 QPS, burst 30),
+    /// and values out of range refused with the flag named, as the election timing is.
+    #[test]
+    fn kube_api_rate_limit_flags() {
+        let a = parse(&[]).run;
+        assert!((a.kube_api_qps - 20.0).abs() < f32::EPSILON);
+        assert_eq!(a.kube_api_burst, 30);
+        let limit = a.client_rate_limit().unwrap();
+        assert!((limit.qps() - 20.0).abs() < f32::EPSILON);
+        assert_eq!(limit.burst(), 30);
+
+        let a = parse(&["run", "--kube-api-qps=2.5", "--kube-api-burst", "1"]).run;
+        let limit = a.client_rate_limit().unwrap();
+        assert!((limit.qps() - 2.5).abs() < f32::EPSILON);
+        assert_eq!(limit.burst(), 1);
+        // Global: also before the subcommand.
+        let a = parse(&["--kube-api-qps", "100", "--kube-api-burst=150", "run"]).run;
+        assert_eq!(a.kube_api_burst, 150);
+
+        for (flags, expected) in [
+            (
+                &["--kube-api-qps=0"][..],
+                "--kube-api-qps (0) must be a finite number greater than zero",
+            ),
+            (
+                &["--kube-api-qps=-1"],
+                "--kube-api-qps (-1) must be a finite number greater than zero",
+            ),
+            (
+                &["--kube-api-qps=NaN"],
+                "--kube-api-qps (NaN) must be a finite number greater than zero",
+            ),
+            (
+                &["--kube-api-qps=inf"],
+                "--kube-api-qps (inf) must be a finite number greater than zero",
+            ),
+            (
+                &["--kube-api-burst=0"],
+                "--kube-api-burst (0) must be at least 1",
+            ),
+            // Not numbers at all: clap's own error, naming the flag too.
+            (&["--kube-api-qps=fast"], "--kube-api-qps"),
+            (&["--kube-api-burst=-1"], "--kube-api-burst"),
+            (&["--kube-api-burst=2.5"], "--kube-api-burst"),
+        ] {
+            let mut args = vec!["op"];
+            args.extend_from_slice(flags);
+            let err = Cli::try_parse_from_for("op", args).unwrap_err();
+            assert!(err.to_string().contains(expected), "{flags:?}: {err}");
+        }
+        let help = Cli::try_parse_from_for("op", ["op", "run", "--help"])
+            .unwrap_err()
+            .to_string();
+        for expected in [
+            "--kube-api-qps",
+            "[default: 20]",
+            "--kube-api-burst",
+            "[default: 30]",
+        ] {
+            assert!(help.contains(expected), "{expected} missing in:\n{help}");
+        }
     }
 
     #[test]

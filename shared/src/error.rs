@@ -57,6 +57,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A flag's value is out of range (the message names the flag).
+    #[error("invalid command line: {0}")]
+    InvalidFlag(String),
+
     /// This replica lost the leader lease and stopped reconciling.
     #[error("leader election lost: {0}")]
     LeadershipLost(String),
@@ -73,6 +77,7 @@ impl Error {
             Error::Serialize { .. } => "serialize",
             Error::MissingMetadata(_) => "missing_metadata",
             Error::Serve { .. } => "serve",
+            Error::InvalidFlag(_) => "invalid_flag",
             Error::LeadershipLost(_) => "leadership_lost",
         }
     }

@@ -8,6 +8,8 @@
 //! one kube-runtime `Controller` per [`namespaces`] scope -> the operator's reconcile builds
 //! desired children and writes them with [`apply`] -> [`conditions`] summarise what it
 //! observed -> [`events`] announce condition transitions -> [`backoff`] paces retries.
+//! Every API request of the kube client waits for a token of [`rate_limit`]'s bucket and
+//! is sent again when the API server answers 429 Too Many Requests.
 //!
 //! [`serving`] is the one HTTP/1 loop of every server here (with limits and timeouts);
 //! it is all the crate has without its default `operator` feature, which is how the
@@ -41,6 +43,8 @@ pub mod ownership;
 pub mod pod_security;
 #[cfg(feature = "operator")]
 pub mod process_metrics;
+#[cfg(feature = "operator")]
+pub mod rate_limit;
 #[cfg(feature = "operator")]
 pub mod run;
 pub mod serving;

@@ -25,6 +25,7 @@ use crate::{
     leader::{self, Elector, LeaderConfig},
     metrics::{Metrics, ReconcileResult},
     namespaces::{self, Scope, ScopeStatus, WatchNamespaces},
+    rate_limit::ClientRateLimit,
 };
 
 /// Names of an operator.
@@ -107,7 +108,9 @@ impl Operator {
         crate::telemetry::init(&args);
         tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
         let metrics = Metrics::new();
-        let client = connect(&metrics).await?;
+        let limit = args.client_rate_limit().map_err(Error::InvalidFlag)?;
+        let kube_config = infer_config().await?;
+        let client = connect(&metrics, kube_config.clone(), limit)?;
         check_crd_installed::<K>(&client, &args.watch_namespace, self.name).await?;
 
         let ready = Readiness::default();
@@ -129,7 +132,10 @@ impl Operator {
             // A standby replica is ready: it serves its purpose by waiting.
             ready.set(true);
             let lease_name = config.lease_name.clone();
-            let mut elector = Elector::new(client.clone(), args.leader_election_mode, config);
+            // A client and token bucket of its own, as controller-runtime gives leader election
+            // its own clientset: renewals never queue behind the reconciles' requests.
+            let leader_client = connect(&metrics, kube_config, limit)?;
+            let mut elector = Elector::new(leader_client, args.leader_election_mode, config);
             tokio::select! {
                 () = elector.acquire() => {}
                 () = shutdown.clone() => {
@@ -392,16 +398,29 @@ fn object_key<K: Resource>(obj: &K) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }
 
-/// `Client::try_default`, with every request counted in `rest_client_requests_total`.
-async fn connect(metrics: &Metrics) -> Result<Client, Error> {
-    let no_credentials = |source| Error::NoCredentials {
+/// `Config::infer`: `$KUBECONFIG`, `~/.kube/config` or the in-cluster service account.
+async fn infer_config() -> Result<kube::Config, Error> {
+    kube::Config::infer()
+        .await
+        .map_err(|e| no_credentials(kube::Error::InferConfig(e)))
+}
+
+/// A client for `config` with its own token bucket (`--kube-api-qps`, `--kube-api-burst`),
+/// retrying 429s, every request counted in `rest_client_requests_total`
+/// ([`Metrics::client`]).
+fn connect(
+    metrics: &Metrics,
+    config: kube::Config,
+    limit: ClientRateLimit,
+) -> Result<Client, Error> {
+    metrics.client(config, limit).map_err(no_credentials)
+}
+
+fn no_credentials(source: kube::Error) -> Error {
+    Error::NoCredentials {
         source,
         kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".to_owned()),
-    };
-    let config = kube::Config::infer()
-        .await
-        .map_err(|e| no_credentials(kube::Error::InferConfig(e)))?;
-    metrics.client(config).map_err(no_credentials)
+    }
 }
 
 async fn check_crd_installed<K>(
