@@ -160,8 +160,9 @@ pub struct RunArgs {
     pub reconcile_debounce: Duration,
 
     /// Client-side rate limit of the requests to the Kubernetes API server, as client-go's
-    /// token bucket: requests per second on average (a finite number > 0; 20 is
-    /// controller-runtime's default up to v0.20). Every request waits for a token; a watch
+    /// token bucket: requests per second on average. Negative (the default, as
+    /// controller-runtime's since v0.21) means no client-side limit; 20 was
+    /// controller-runtime's default up to v0.20. Every request waits for a token; a watch
     /// takes one when it starts and holds none. Answers 429 Too Many Requests (and 503 with
     /// Retry-After) are retried after their Retry-After (at most 10 s; 1 s, 2 s, 4 s, ...
     /// without it), 5 attempts in all.
@@ -508,16 +509,19 @@ mod tests {
         );
     }
 
-    /// controller-runtime's old defaults (client-go's token bucket at 20 QPS, burst 30),
-    /// and values out of range refused with the flag named, as the election timing is.
+    /// controller-runtime's defaults (no client-side limit since v0.21; burst 30 once a
+    /// rate is set), and values out of range refused with the flag named, as the election
+    /// timing is.
     #[test]
     fn kube_api_rate_limit_flags() {
         let a = parse(&[]).run;
-        assert!((a.kube_api_qps - 20.0).abs() < f32::EPSILON);
+        assert!(a.kube_api_qps < 0.0);
         assert_eq!(a.kube_api_burst, 30);
         let limit = a.client_rate_limit().unwrap();
-        assert!((limit.qps() - 20.0).abs() < f32::EPSILON);
+        assert!(limit.is_unlimited());
         assert_eq!(limit.burst(), 30);
+        let a = parse(&["run", "--kube-api-qps=20"]).run;
+        assert!(!a.client_rate_limit().unwrap().is_unlimited());
 
         let a = parse(&["run", "--kube-api-qps=2.5", "--kube-api-burst", "1"]).run;
         let limit = a.client_rate_limit().unwrap();
@@ -531,10 +535,6 @@ mod tests {
             (
                 &["--kube-api-qps=0"][..],
                 "--kube-api-qps (0) must be a finite number greater than zero",
-            ),
-            (
-                &["--kube-api-qps=-1"],
-                "--kube-api-qps (-1) must be a finite number greater than zero",
             ),
             (
                 &["--kube-api-qps=NaN"],
@@ -563,7 +563,7 @@ mod tests {
             .to_string();
         for expected in [
             "--kube-api-qps",
-            "[default: 20]",
+            "[default: -1]",
             "--kube-api-burst",
             "[default: 30]",
         ] {

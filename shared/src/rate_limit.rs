@@ -27,10 +27,13 @@ use kube::client::Body;
 use tokio::time::Instant;
 use tower::{ServiceExt as _, retry::Policy};
 
-/// client-go's QPS as controller-runtime configured it up to v0.20 (`--kube-api-qps`).
-pub const DEFAULT_QPS: f32 = 20.0;
+/// No client-side limit (`--kube-api-qps` below zero, client-go's way to turn the token
+/// bucket off): controller-runtime's default since v0.21, which leaves fairness to the API
+/// server's Priority and Fairness.
+pub const DEFAULT_QPS: f32 = -1.0;
 
-/// client-go's burst as controller-runtime configured it up to v0.20 (`--kube-api-burst`).
+/// client-go's burst as controller-runtime configured it up to v0.20 (`--kube-api-burst`),
+/// used once `--kube-api-qps` sets a rate.
 pub const DEFAULT_BURST: u32 = 30;
 
 /// How many times [`RetryThrottled`] sends a request in all (the first attempt included).
@@ -50,15 +53,16 @@ pub struct ClientRateLimit {
 }
 
 impl ClientRateLimit {
-    /// A rate of `qps` requests per second on average, `burst` at once.
+    /// A rate of `qps` requests per second on average, `burst` at once; a negative `qps`
+    /// means no limit (as in client-go).
     ///
     /// # Errors
-    /// A message naming the flag (`--kube-api-qps`, `--kube-api-burst`) when `qps` is not
-    /// a finite number greater than zero or `burst` is zero.
+    /// A message naming the flag (`--kube-api-qps`, `--kube-api-burst`) when `qps` is zero
+    /// or not a finite number, or `burst` is zero.
     pub fn new(qps: f32, burst: u32) -> Result<Self, String> {
-        if !(qps.is_finite() && qps > 0.0) {
+        if !qps.is_finite() || qps == 0.0 {
             return Err(format!(
-                "--kube-api-qps ({qps}) must be a finite number greater than zero"
+                "--kube-api-qps ({qps}) must be a finite number greater than zero, or negative for no limit"
             ));
         }
         if burst == 0 {
@@ -67,10 +71,16 @@ impl ClientRateLimit {
         Ok(Self { qps, burst })
     }
 
-    /// Tokens added per second.
+    /// Tokens added per second (negative: no limit).
     #[must_use]
     pub fn qps(&self) -> f32 {
         self.qps
+    }
+
+    /// Whether requests go out without waiting for tokens (a negative `qps`).
+    #[must_use]
+    pub fn is_unlimited(&self) -> bool {
+        self.qps < 0.0
     }
 
     /// The bucket's size: requests allowed at once after a quiet spell.
@@ -109,6 +119,8 @@ pub struct TokenBucket {
 }
 
 struct Bucket {
+    /// No limit: every request goes out at once.
+    unlimited: bool,
     /// Time one token takes to refill: `1 / qps`.
     interval: Duration,
     /// `(burst - 1) * interval`: how far `full_at` may run ahead of now before a request
@@ -139,6 +151,7 @@ impl TokenBucket {
         let tolerance = interval.saturating_mul(limit.burst.saturating_sub(1));
         Self {
             shared: Arc::new(Bucket {
+                unlimited: limit.is_unlimited(),
                 interval,
                 tolerance,
                 origin: Instant::now(),
@@ -150,6 +163,9 @@ impl TokenBucket {
     /// Takes one token, first waiting (in line behind earlier callers) until one is there.
     pub async fn acquire(&self) {
         let bucket = &*self.shared;
+        if bucket.unlimited {
+            return;
+        }
         let mut full_at = bucket.full_at.lock().await;
         let now = Instant::now().saturating_duration_since(bucket.origin);
         // An idle bucket is full, and no fuller.
@@ -629,13 +645,26 @@ mod tests {
         assert_eq!(server.times(), [Duration::ZERO, Duration::from_secs(1)]);
     }
 
+    /// Without a limit nothing waits, even far beyond the burst.
+    #[tokio::test(start_paused = true)]
+    async fn no_limit_sends_at_once() {
+        let bucket = TokenBucket::new(ClientRateLimit::default());
+        let start = Instant::now();
+        for _ in 0..1000 {
+            bucket.acquire().await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
     #[test]
     fn limits_are_validated_naming_the_flag() {
         assert_eq!(
-            ClientRateLimit::new(20.0, 30),
+            ClientRateLimit::new(-1.0, 30),
             Ok(ClientRateLimit::default())
         );
-        for qps in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        assert!(ClientRateLimit::default().is_unlimited());
+        assert!(!ClientRateLimit::new(20.0, 30).unwrap().is_unlimited());
+        for qps in [0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
             let err = ClientRateLimit::new(qps, 1).unwrap_err();
             assert!(err.starts_with("--kube-api-qps"), "{err}");
         }

@@ -431,3 +431,51 @@ async fn podset_leader_holds_the_lease_and_releases_it_on_sigterm() -> Result<()
     leases.delete(&lease_name, &DeleteParams::default()).await?;
     Ok(())
 }
+
+/// `--kube-api-qps 5 --kube-api-burst 5`: a PodSet of 20 still converges, and in no second
+/// of the run did the operator send more than the bucket allows (burst + qps x 1 s),
+/// counted from its own log of every request.
+#[tokio::test]
+async fn podset_converges_within_a_low_client_rate_limit() -> Result<()> {
+    const QPS: f64 = 5.0;
+    const BURST: usize = 5;
+    let ns = TestNamespace::new("podset-qps").await?;
+    let op = OperatorProcess::start_with(
+        OPERATOR,
+        &[&ns.name],
+        OperatorOptions {
+            args: vec!["--kube-api-qps=5".into(), "--kube-api-burst=5".into()],
+            ..OperatorOptions::default()
+        },
+    )
+    .await?;
+    create(&ns, podset("slow", 20)).await?;
+    wait_ready(&ns, "slow", 20).await?;
+    let log = op.log();
+    let mut sent: Vec<k8s_openapi::jiff::Timestamp> = log
+        .lines()
+        .filter(|l| xtask::requests::parse_line(l).is_some())
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["timestamp"].as_str()?.parse().ok()
+        })
+        .collect();
+    sent.sort();
+    assert!(
+        sent.len() > 2 * BURST,
+        "only {} requests: the limit was never tested",
+        sent.len()
+    );
+    let allowed = BURST + QPS as usize;
+    for (i, start) in sent.iter().enumerate() {
+        let within = sent[i..]
+            .iter()
+            .take_while(|t| t.duration_since(*start).as_secs_f64() < 1.0)
+            .count();
+        assert!(
+            within <= allowed,
+            "{within} requests in the second from {start}; the bucket allows {allowed}"
+        );
+    }
+    Ok(())
+}
