@@ -117,6 +117,23 @@ fn used_without_a_request(operator: &str) -> BTreeSet<(String, String)> {
     // A repeated event becomes a series, which the recorder patches; the suite may not
     // repeat an event.
     implicit.extend(expand(&[("events.events.k8s.io", &["patch"])]));
+    // Server-side apply that creates a child is a PATCH, which the API server also checks
+    // against `create`.
+    match operator {
+        "memcached-operator" | "lolcow-operator" => {
+            implicit.extend(expand(&[
+                ("deployments.apps", &["create"]),
+                ("services", &["create"]),
+            ]));
+        }
+        "pulsar-consumer-operator" => {
+            implicit.extend(expand(&[("deployments.apps", &["create"])]));
+        }
+        _ => {}
+    }
+    // Leader-for-life deletes a lock whose owner Pod is gone; the garbage collector
+    // usually deletes it first.
+    implicit.extend(expand(&[("configmaps", &["delete"])]));
     if operator != "podset-operator" {
         // Leader election (lease and for-life) and the metrics authentication are the
         // common crate's; the suite runs them with the PodSet operator.
