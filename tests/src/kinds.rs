@@ -16,76 +16,20 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The four operators, in a fixed order.
-pub const OPERATORS: [&str; 4] = [
-    "podset-operator",
-    "memcached-operator",
-    "lolcow-operator",
-    "pulsar-consumer-operator",
-];
+/// The four operators and their kinds: the workspace's one list (`xtask::operators`).
+pub use xtask::operators::{
+    Kind, LOLCOW, MEMCACHED, OPERATORS, PODSET, PULSAR_CONSUMER, by_operator,
+};
 
-/// A kind under test by name, for objects its typed API could not express (invalid
-/// ones).
-pub struct Kind {
-    /// The operator that serves it.
-    pub operator: &'static str,
-    /// Its API group.
-    pub group: &'static str,
-    /// Its API version.
-    pub version: &'static str,
-    /// Its kind.
-    pub kind: &'static str,
-    /// Its plural, the resource name.
-    pub plural: &'static str,
+/// An untyped API of a kind in a test's namespace.
+pub trait KindApi {
+    /// The API of this kind in `ns`.
+    fn api(&self, ns: &TestNamespace) -> Api<DynamicObject>;
 }
 
-/// The PodSet kind.
-pub const PODSET: Kind = Kind {
-    operator: "podset-operator",
-    group: "batch.tutorial.kubebuilder.io",
-    version: "v1",
-    kind: "PodSet",
-    plural: "podsets",
-};
-/// The Memcached kind.
-pub const MEMCACHED: Kind = Kind {
-    operator: "memcached-operator",
-    group: "cache.example.com",
-    version: "v1alpha1",
-    kind: "Memcached",
-    plural: "memcacheds",
-};
-/// The Lolcow kind.
-pub const LOLCOW: Kind = Kind {
-    operator: "lolcow-operator",
-    group: "my.domain",
-    version: "v1alpha1",
-    kind: "Lolcow",
-    plural: "lolcows",
-};
-/// The PulsarConsumer kind.
-pub const PULSAR_CONSUMER: Kind = Kind {
-    operator: "pulsar-consumer-operator",
-    group: "pulsar.pulsarconsumer.krvarma.com",
-    version: "v1",
-    kind: "PulsarConsumer",
-    plural: "pulsarconsumers",
-};
-
-impl Kind {
-    /// An untyped API of this kind in `ns`.
-    pub fn api(&self, ns: &TestNamespace) -> Api<DynamicObject> {
+impl KindApi for Kind {
+    fn api(&self, ns: &TestNamespace) -> Api<DynamicObject> {
         dynamic_api(ns, self.group, self.version, self.kind, self.plural)
-    }
-
-    /// A manifest of this kind named `name` with `spec` as it is, valid or not.
-    pub fn manifest(&self, name: &str, spec: Value) -> Value {
-        json!({
-            "apiVersion": format!("{}/{}", self.group, self.version),
-            "kind": self.kind,
-            "metadata": {"name": name},
-            "spec": spec,
-        })
     }
 }
 

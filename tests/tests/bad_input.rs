@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::kinds::{
-    self, Kind, LOLCOW, MEMCACHED, PODSET, PULSAR_CONSUMER, assert_all_creates_rejected,
+    self, Kind, KindApi, LOLCOW, MEMCACHED, PODSET, PULSAR_CONSUMER, assert_all_creates_rejected,
     free_node_port, node_ports_in_use,
 };
 use e2e::operator::{OperatorProcess, install};

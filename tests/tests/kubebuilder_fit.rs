@@ -8,7 +8,7 @@
 //! and `kubectl auth can-i` for people bound to `view`, `edit` or `admin`.
 
 use anyhow::{Context, Result, ensure};
-use e2e::kinds::OPERATORS;
+use e2e::kinds::{Kind, OPERATORS, PODSET, by_operator};
 use e2e::manifests::{granted, kubectl_capture, kustomize, of_kind};
 use e2e::operator::install;
 use e2e::{TIMEOUT, TestNamespace, can_i, kubectl_ok, poll, repo_root, unique_suffix};
@@ -27,24 +27,14 @@ fn tree(operator: &str) -> PathBuf {
     repo_root().join("deploy").join(operator)
 }
 
-/// The kind an operator manages: (Kind, plural, group).
-fn kind_of(operator: &str) -> (&'static str, &'static str, &'static str) {
-    match operator {
-        "podset-operator" => ("PodSet", "podsets", "batch.tutorial.kubebuilder.io"),
-        "memcached-operator" => ("Memcached", "memcacheds", "cache.example.com"),
-        "lolcow-operator" => ("Lolcow", "lolcows", "my.domain"),
-        _ => (
-            "PulsarConsumer",
-            "pulsarconsumers",
-            "pulsar.pulsarconsumer.krvarma.com",
-        ),
-    }
+/// The operator's entry in the workspace's list.
+fn kind_of(operator: &str) -> &'static Kind {
+    by_operator(operator).unwrap_or(&PODSET)
 }
 
 /// `plural.group`, as `kubectl auth can-i` takes it.
 fn resource(operator: &str) -> String {
-    let (_, plural, group) = kind_of(operator);
-    format!("{plural}.{group}")
+    kind_of(operator).resource()
 }
 
 fn pairs(resource: &str, verbs: &[&str]) -> BTreeSet<(String, String)> {
@@ -289,7 +279,7 @@ async fn kubebuilder_fit_default_install_has_user_roles_and_leaves_monitoring_op
                 "{operator}: the default install has a {kind}"
             );
         }
-        let (_, plural, _) = kind_of(operator);
+        let plural = kind_of(operator).plural;
         let main = resource(operator);
         let status = format!("{main}/status");
         let editor_verbs = [

@@ -189,13 +189,9 @@ fn can_i_args<'a>(verb: &'a str, key: &'a str) -> Vec<&'a str> {
     }
 }
 
-fn own_plural(operator: &str) -> &'static str {
-    match operator {
-        "podset-operator" => "podsets.batch.tutorial.kubebuilder.io",
-        "memcached-operator" => "memcacheds.cache.example.com",
-        "lolcow-operator" => "lolcows.my.domain",
-        _ => "pulsarconsumers.pulsar.pulsarconsumer.krvarma.com",
-    }
+/// `plural.group` of the operator's own kind.
+fn own_plural(operator: &str) -> String {
+    kinds::by_operator(operator).map_or_else(String::new, |k| k.resource())
 }
 
 async fn rbac_matrix(operator: &str) -> Result<()> {
@@ -308,6 +304,7 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
 
     // And nothing more.
     let own = own_plural(operator);
+    let own = own.as_str();
     let namespaced_denied: Vec<Vec<&str>> = vec![
         vec!["get", "secrets"],
         vec!["list", "secrets"],

@@ -38,7 +38,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -123,44 +123,29 @@ impl Operator {
         Operator::PulsarConsumer,
     ];
 
+    /// Its entry in the workspace's list of operators.
+    fn kind(self) -> &'static xtask::operators::Kind {
+        use xtask::operators::{LOLCOW, MEMCACHED, PODSET, PULSAR_CONSUMER};
+        match self {
+            Operator::Podset => &PODSET,
+            Operator::Memcached => &MEMCACHED,
+            Operator::Lolcow => &LOLCOW,
+            Operator::PulsarConsumer => &PULSAR_CONSUMER,
+        }
+    }
+
     /// The command-line name, used in file names.
     fn name(self) -> &'static str {
-        match self {
-            Operator::Podset => "podset",
-            Operator::Memcached => "memcached",
-            Operator::Lolcow => "lolcow",
-            Operator::PulsarConsumer => "pulsar-consumer",
-        }
+        self.kind().short
     }
 
     /// The crate, binary and `deploy/` folder.
     fn crate_name(self) -> &'static str {
-        match self {
-            Operator::Podset => "podset-operator",
-            Operator::Memcached => "memcached-operator",
-            Operator::Lolcow => "lolcow-operator",
-            Operator::PulsarConsumer => "pulsar-consumer-operator",
-        }
-    }
-
-    /// Group, version, kind, plural.
-    fn gvkp(self) -> (&'static str, &'static str, &'static str, &'static str) {
-        match self {
-            Operator::Podset => ("batch.tutorial.kubebuilder.io", "v1", "PodSet", "podsets"),
-            Operator::Memcached => ("cache.example.com", "v1alpha1", "Memcached", "memcacheds"),
-            Operator::Lolcow => ("my.domain", "v1alpha1", "Lolcow", "lolcows"),
-            Operator::PulsarConsumer => (
-                "pulsar.pulsarconsumer.krvarma.com",
-                "v1",
-                "PulsarConsumer",
-                "pulsarconsumers",
-            ),
-        }
+        self.kind().operator
     }
 
     fn api_resource(self) -> ApiResource {
-        let (g, v, k, p) = self.gvkp();
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p)
+        self.kind().api_resource()
     }
 
     /// Pods one object runs with `replicas`.
@@ -173,7 +158,6 @@ impl Operator {
 
     /// The `i`-th object; `port` is the Lolcow's NodePort.
     fn object(self, name: &str, replicas: i32, port: i32) -> Value {
-        let (g, v, k, _) = self.gvkp();
         let spec = match self {
             Operator::Podset => json!({ "replicas": replicas }),
             Operator::Memcached => json!({ "size": replicas, "containerPort": 11211 }),
@@ -185,12 +169,7 @@ impl Operator {
                 "replicas": replicas,
             }),
         };
-        json!({
-            "apiVersion": format!("{g}/{v}"),
-            "kind": k,
-            "metadata": { "name": name },
-            "spec": spec,
-        })
+        self.kind().manifest(name, spec)
     }
 
     /// The spec change of phase 4 (merge patch) and what it is, for the report.

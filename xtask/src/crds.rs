@@ -7,13 +7,8 @@ use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The operators of the workspace, by binary name.
-pub const OPERATORS: [&str; 4] = [
-    "podset-operator",
-    "memcached-operator",
-    "lolcow-operator",
-    "pulsar-consumer-operator",
-];
+/// The operators of the workspace, by binary name (`xtask::operators`).
+pub use xtask::operators::OPERATORS;
 
 /// Operators that already have a deploy tree (and so a committed CRD).
 pub fn deployed_operators() -> Vec<&'static str> {

@@ -6,5 +6,6 @@
 
 pub mod kubeconfig;
 pub mod node_ports;
+pub mod operators;
 pub mod requests;
 pub mod simulated;

@@ -84,9 +84,9 @@ fn runs() -> Result<Vec<Value>> {
     }
     let order = |r: &Value| {
         let op = r["operator"].as_str().unwrap_or("");
-        let i = ["podset", "memcached", "lolcow", "pulsar-consumer"]
+        let i = xtask::operators::KINDS
             .iter()
-            .position(|o| *o == op)
+            .position(|k| k.short == op)
             .unwrap_or(9);
         (
             i,
