@@ -14,7 +14,6 @@
 //!   the current cluster, or run it locally against it.
 
 mod bench;
-mod bench_operator;
 mod cluster;
 mod cmd;
 mod crds;

@@ -1,34 +1,11 @@
-//! `cargo xtask bench <benchmark>` (or `--all`): benchmarks, each writing
-//! `target/bench/<benchmark>.json` (machine-readable) and
-//! `target/bench/<benchmark>.md` (a table with the machine it ran on).
-//!
-//! Benchmarks are subcommands of `bench`; add a new one as a variant of
-//! [`Benchmark`] with its own options, and to [`run_all`].
-//!
-//! - `consumer [--messages N] [--no-build]`: throughput of the Pulsar consumer app (release
-//!   build) against the real standalone broker of `cargo xtask pulsar up`:
-//!   N messages (default 20000) are produced to a fresh topic, then consumed
-//!   by one consumer, and again (another topic) by two consumers sharing a
-//!   Shared subscription. Throughput is messages per second from the first
-//!   to the last `message received` log line (each message is logged just
-//!   before it is acknowledged); completion is watched on `/metrics`
-//!   (`pulsar_consumer_messages_acked_total`, polled every 100 ms), which
-//!   also gives a coarser second figure. The broker is stopped afterwards if
-//!   this command started it.
-//! - `autoscale`: time from a 20,000-message backlog to drained, by consumers that
-//!   follow a PulsarConsumer's Deployment: a fixed single consumer, then autoscaling
-//!   1..4 on the backlog. Runs the ignored test `bench_autoscale_drain` of
-//!   `tests/tests/pulsar_autoscale.rs` with release builds against the local cluster
-//!   and the real broker (both started when needed, stopped if started here).
-//! - `operator [--operator <op> --objects N --replicas R | --standard]`:
-//!   scale, speed and memory of the operators on the local cluster; see
-//!   `bench_operator.rs`. `--all` runs its standard set.
+//! `cargo xtask bench consumer`: throughput of the Pulsar consumer app with 1 and 2
+//! consumers against the real broker (see the module doc of `bench`).
 
-use crate::cmd;
-use crate::paths;
+use super::{Machine, build_release, git_commit, out_dir, round3, write_report};
 use crate::pulsar;
+use crate::{cmd, paths};
 use anyhow::{Context, Result, bail, ensure};
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -39,35 +16,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Options of `cargo xtask bench`.
-#[derive(Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct BenchArgs {
-    /// The benchmark to run.
-    #[command(subcommand)]
-    benchmark: Option<Benchmark>,
-    /// Run every benchmark with its default options.
-    #[arg(long)]
-    all: bool,
-}
-
-/// The benchmarks.
-#[derive(Subcommand)]
-enum Benchmark {
-    /// Throughput of the Pulsar consumer app with 1 and 2 consumers.
-    Consumer(ConsumerArgs),
-    /// Drain time of a 20,000-message backlog: autoscaling 1..4 against one consumer.
-    Autoscale,
-    /// Scale, speed and memory of an operator (or `--standard`: all of them).
-    Operator(crate::bench_operator::OperatorArgs),
-    /// Rewrite `target/bench/operators.md` and the chart from the recorded
-    /// `target/bench/*.json`, without running anything.
-    Report,
-}
-
 /// Options of `cargo xtask bench consumer`.
 #[derive(Args)]
-struct ConsumerArgs {
+pub(crate) struct ConsumerArgs {
     /// Messages produced to (and consumed from) each topic.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     messages: u64,
@@ -83,91 +34,6 @@ impl Default for ConsumerArgs {
             messages: 20_000,
             no_build: false,
         }
-    }
-}
-
-/// Runs the chosen benchmark, or all of them.
-pub fn run(args: &BenchArgs) -> Result<()> {
-    match (&args.benchmark, args.all) {
-        (Some(Benchmark::Consumer(a)), _) => consumer(a),
-        (Some(Benchmark::Autoscale), _) => autoscale(),
-        (Some(Benchmark::Operator(a)), _) => crate::bench_operator::run(a),
-        (Some(Benchmark::Report), _) => crate::bench_operator::report::write_summary().map(drop),
-        (None, true) => run_all(),
-        (None, false) => bail!(
-            "name a benchmark (`cargo xtask bench consumer|operator`) or pass --all; see `cargo xtask bench --help`"
-        ),
-    }
-}
-
-fn run_all() -> Result<()> {
-    // Every benchmark runs even when an earlier one fails.
-    let operators = crate::bench_operator::run_all();
-    let consumer = consumer(&ConsumerArgs::default());
-    let autoscale = autoscale();
-    operators.and(consumer).and(autoscale)
-}
-
-/// `target/bench`, created.
-pub(crate) fn out_dir() -> Result<PathBuf> {
-    let dir = paths::target_dir().join("bench");
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
-}
-
-// ---------------------------------------------------------------------------
-// The machine
-// ---------------------------------------------------------------------------
-
-/// What the figures depend on: CPUs, memory, CPU model.
-pub(crate) struct Machine {
-    nproc: usize,
-    memory_kib: u64,
-    cpu_model: String,
-}
-
-impl Machine {
-    pub(crate) fn probe() -> Self {
-        let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let memory_kib = fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            })
-            .unwrap_or(0);
-        let cpu_model = fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|c| {
-                c.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, v)| v.trim().to_owned())
-            })
-            .unwrap_or_else(|| "unknown".into());
-        Self {
-            nproc,
-            memory_kib,
-            cpu_model,
-        }
-    }
-
-    pub(crate) fn json(&self) -> Value {
-        json!({
-            "nproc": self.nproc,
-            "memory_kib": self.memory_kib,
-            "cpu_model": self.cpu_model,
-        })
-    }
-
-    pub(crate) fn markdown(&self) -> String {
-        format!(
-            "Machine: {} CPUs (`nproc`), {:.1} GiB memory, {}.",
-            self.nproc,
-            self.memory_kib as f64 / 1024.0 / 1024.0,
-            self.cpu_model
-        )
     }
 }
 
@@ -211,7 +77,7 @@ fn rate(messages: u64, seconds: f64) -> f64 {
     }
 }
 
-fn consumer(args: &ConsumerArgs) -> Result<()> {
+pub(crate) fn run(args: &ConsumerArgs) -> Result<()> {
     let n = args.messages;
     if !args.no_build {
         println!("==> bench consumer: building pulsar-consumer (release)");
@@ -298,137 +164,6 @@ fn consumer(args: &ConsumerArgs) -> Result<()> {
         rate(n, produce_seconds)
     );
     write_report(&dir, "consumer", &report, &md)
-}
-
-// ---------------------------------------------------------------------------
-// bench autoscale
-// ---------------------------------------------------------------------------
-
-fn autoscale() -> Result<()> {
-    println!("==> bench autoscale: building the operator and the consumer (release)");
-    build_release(&["pulsar-consumer", "pulsar-consumer-operator"])?;
-    let started_cluster = !crate::cluster::is_up(&crate::cluster::Layout::new());
-    let pulsar_was_running = pulsar::is_running();
-    let kubeconfig = crate::cluster::up()?;
-    let dir = out_dir()?;
-    let raw = dir.join("autoscale.runs.json");
-    let _ = fs::remove_file(&raw);
-    let mut test = crate::test::e2e_cargo(&kubeconfig, false)?;
-    test.current_dir(paths::repo_root())
-        .env("E2E_PROFILE", "release")
-        .env("E2E_BENCH_OUT", &raw)
-        .args([
-            "test",
-            "-p",
-            "e2e",
-            "--test",
-            "pulsar_autoscale",
-            "--",
-            "--ignored",
-            "--exact",
-            "bench_autoscale_drain",
-        ]);
-    let result = cmd::run(&mut test);
-    if !pulsar_was_running && pulsar::is_running() {
-        pulsar::down()?;
-    }
-    if started_cluster {
-        crate::cluster::down()?;
-    }
-    result?;
-    let runs: Value = serde_json::from_str(
-        &fs::read_to_string(&raw).with_context(|| format!("reading {}", raw.display()))?,
-    )?;
-    let _ = fs::remove_file(&raw);
-    write_autoscale_report(&runs["runs"], &Machine::probe(), &dir)
-}
-
-/// `target/bench/autoscale.{json,md}` from the test's runs.
-fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result<()> {
-    let report = json!({
-        "benchmark": "autoscale",
-        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        "git_commit": git_commit(),
-        "pulsar_version": pulsar::PULSAR_VERSION,
-        "build": "release",
-        "machine": machine.json(),
-        "runs": runs,
-    });
-    let mut md = String::new();
-    let _ = writeln!(md, "# Benchmark: draining a backlog, autoscaled or not\n");
-    let _ = writeln!(
-        md,
-        "20,000 messages wait on a subscription before any consumer runs; a PulsarConsumer is \
-         created, and local consumer processes (release build) follow its Deployment's \
-         replicas. Time: from the PulsarConsumer's creation to a backlog of 0 on the broker's \
-         admin API (Apache Pulsar {} standalone on the same machine; `cargo xtask bench \
-         autoscale`).\n",
-        pulsar::PULSAR_VERSION
-    );
-    let _ = writeln!(md, "{}\n", machine.markdown());
-    let _ = writeln!(
-        md,
-        "| consumers | messages | seconds to drained | msgs/s | most consumers at once | duplicates |"
-    );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
-    for run in runs.as_array().into_iter().flatten() {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.1} | {} | {} | {} |",
-            run["label"].as_str().unwrap_or("?"),
-            run["messages"],
-            run["seconds"].as_f64().unwrap_or(0.0),
-            run["messages_per_second"],
-            run["max_consumers"],
-            run["duplicates"],
-        );
-    }
-    let _ = writeln!(
-        md,
-        "\nThe autoscaled run reads the backlog every second and asks for \
-         ceil(backlog / 2000) consumers, at most 4. The broker, the operator and the \
-         consumers share the machine's CPUs, so more consumers help only as far as the \
-         CPUs allow (see `consumer.md` for one against two consumers)."
-    );
-    write_report(dir, "autoscale", &report, &md)
-}
-
-/// `cargo build --release` of the binaries of `packages`.
-fn build_release(packages: &[&str]) -> Result<()> {
-    let mut build = Command::new(env!("CARGO"));
-    build
-        .current_dir(paths::repo_root())
-        .args(["build", "--quiet", "--release", "--bins"]);
-    for p in packages {
-        build.args(["-p", p]);
-    }
-    cmd::run(&mut build)
-}
-
-/// Writes `target/bench/<name>.json` and `<name>.md`, prints the Markdown and where both went.
-fn write_report(dir: &Path, name: &str, report: &Value, md: &str) -> Result<()> {
-    let json_path = dir.join(format!("{name}.json"));
-    fs::write(&json_path, serde_json::to_string_pretty(report)? + "\n")
-        .with_context(|| format!("writing {}", json_path.display()))?;
-    let md_path = dir.join(format!("{name}.md"));
-    fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
-    print!("{md}");
-    println!("wrote {} and {}", json_path.display(), md_path.display());
-    Ok(())
-}
-
-pub(crate) fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-pub(crate) fn git_commit() -> Option<String> {
-    cmd::output(Command::new("git").current_dir(paths::repo_root()).args([
-        "rev-parse",
-        "--short",
-        "HEAD",
-    ]))
-    .ok()
-    .map(|s| s.trim().to_owned())
 }
 
 /// Runs the 1- and 2-consumer scenarios; returns the time the first

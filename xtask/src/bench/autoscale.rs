@@ -1,0 +1,104 @@
+//! `cargo xtask bench autoscale`: drain time of a 20,000-message backlog, a fixed
+//! single consumer against autoscaling 1..4 (see the module doc of `bench`).
+
+use super::{Machine, build_release, git_commit, out_dir, write_report};
+use crate::{cmd, paths, pulsar};
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+// ---------------------------------------------------------------------------
+// bench autoscale
+// ---------------------------------------------------------------------------
+
+pub(crate) fn run() -> Result<()> {
+    println!("==> bench autoscale: building the operator and the consumer (release)");
+    build_release(&["pulsar-consumer", "pulsar-consumer-operator"])?;
+    let started_cluster = !crate::cluster::is_up(&crate::cluster::Layout::new());
+    let pulsar_was_running = pulsar::is_running();
+    let kubeconfig = crate::cluster::up()?;
+    let dir = out_dir()?;
+    let raw = dir.join("autoscale.runs.json");
+    let _ = fs::remove_file(&raw);
+    let mut test = crate::test::e2e_cargo(&kubeconfig, false)?;
+    test.current_dir(paths::repo_root())
+        .env("E2E_PROFILE", "release")
+        .env("E2E_BENCH_OUT", &raw)
+        .args([
+            "test",
+            "-p",
+            "e2e",
+            "--test",
+            "pulsar_autoscale",
+            "--",
+            "--ignored",
+            "--exact",
+            "bench_autoscale_drain",
+        ]);
+    let result = cmd::run(&mut test);
+    if !pulsar_was_running && pulsar::is_running() {
+        pulsar::down()?;
+    }
+    if started_cluster {
+        crate::cluster::down()?;
+    }
+    result?;
+    let runs: Value = serde_json::from_str(
+        &fs::read_to_string(&raw).with_context(|| format!("reading {}", raw.display()))?,
+    )?;
+    let _ = fs::remove_file(&raw);
+    write_autoscale_report(&runs["runs"], &Machine::probe(), &dir)
+}
+
+/// `target/bench/autoscale.{json,md}` from the test's runs.
+fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result<()> {
+    let report = json!({
+        "benchmark": "autoscale",
+        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "git_commit": git_commit(),
+        "pulsar_version": pulsar::PULSAR_VERSION,
+        "build": "release",
+        "machine": machine.json(),
+        "runs": runs,
+    });
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmark: draining a backlog, autoscaled or not\n");
+    let _ = writeln!(
+        md,
+        "20,000 messages wait on a subscription before any consumer runs; a PulsarConsumer is \
+         created, and local consumer processes (release build) follow its Deployment's \
+         replicas. Time: from the PulsarConsumer's creation to a backlog of 0 on the broker's \
+         admin API (Apache Pulsar {} standalone on the same machine; `cargo xtask bench \
+         autoscale`).\n",
+        pulsar::PULSAR_VERSION
+    );
+    let _ = writeln!(md, "{}\n", machine.markdown());
+    let _ = writeln!(
+        md,
+        "| consumers | messages | seconds to drained | msgs/s | most consumers at once | duplicates |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    for run in runs.as_array().into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} | {} | {} | {} |",
+            run["label"].as_str().unwrap_or("?"),
+            run["messages"],
+            run["seconds"].as_f64().unwrap_or(0.0),
+            run["messages_per_second"],
+            run["max_consumers"],
+            run["duplicates"],
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nThe autoscaled run reads the backlog every second and asks for \
+         ceil(backlog / 2000) consumers, at most 4. The broker, the operator and the \
+         consumers share the machine's CPUs, so more consumers help only as far as the \
+         CPUs allow (see `consumer.md` for one against two consumers)."
+    );
+    write_report(dir, "autoscale", &report, &md)
+}
