@@ -7,7 +7,8 @@
 //! checks the CRD, serves [`metrics`] and [`health`], wins [`leader`] election and starts
 //! one kube-runtime `Controller` per [`namespaces`] scope -> the operator's reconcile builds
 //! desired children and writes them with [`apply`] -> [`conditions`] summarise what it
-//! observed -> [`events`] announce condition transitions -> [`backoff`] paces retries.
+//! observed -> [`status`] writes them and [`events`] announce their transitions ->
+//! [`backoff`] paces retries.
 //!
 //! [`serving`] is the one HTTP/1 loop of every server here (with limits and timeouts);
 //! it is all the crate has without its default `operator` feature, which is how the
@@ -44,6 +45,8 @@ pub mod process_metrics;
 #[cfg(feature = "operator")]
 pub mod run;
 pub mod serving;
+#[cfg(feature = "operator")]
+pub mod status;
 #[cfg(feature = "operator")]
 pub mod telemetry;
 
