@@ -19,15 +19,17 @@ use kube::{
 };
 use shared::{
     Scope, Toolkit,
-    apply::{is_controlled_by, is_subset, owner_reference, patch_status},
-    conditions::find,
+    apply::{is_controlled_by, is_subset, namespace_terminating, owner_reference},
+    conditions,
     namespaces::ScopedStores,
+    status::publish_status,
 };
 
 use crate::{
     api::PodSet,
     desired,
     expectations::{Cached, Expectations},
+    status,
     strays::Strays,
 };
 
@@ -208,23 +210,14 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
                     Ok(created) => ctx.expectations.created(
                         &uid,
                         &created.name_any(),
-                        |n| {
-                            if ctx.pods.in_namespace(&ns, |p| p.name_any() == n).is_empty() {
-                                Cached::Absent
-                            } else {
-                                Cached::Present
-                            }
+                        |n| match ctx.pods.find(&ns, n) {
+                            None => Cached::Absent,
+                            Some(_) => Cached::Present,
                         },
                         Instant::now(),
                     ),
                     // A namespace being deleted refuses new pods; nothing to do.
-                    Err(kube::Error::Api(s))
-                        if s.code == 403
-                            && s.reason == "Forbidden"
-                            && s.message.contains("being terminated") =>
-                    {
-                        return Ok(Action::await_change());
-                    }
+                    Err(e) if namespace_terminating(&e) => return Ok(Action::await_change()),
                     Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
                         create_error = Some(s.message.clone());
                         break;
@@ -248,40 +241,21 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     }
 
     let writes_pending = !satisfied || acted;
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(&ps, &active, writes_pending, create_error.as_deref(), now);
-    let api: Api<PodSet> = Api::namespaced(client, &ns);
-    let old_conditions = ps
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if patch_status(&api, ps.as_ref(), ps.status.as_ref(), &new_status).await? {
-        // Announce Ready and Degraded transitions (not the initial Degraded=False).
-        let announced = |cs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-                         old: bool| {
-            cs.iter()
-                .filter(|c| {
-                    c.type_ == "Ready"
-                        || (c.type_ == "Degraded"
-                            && (old
-                                || c.status == "True"
-                                || find(&old_conditions, "Degraded").is_some()))
-                })
-                .cloned()
-                .collect::<Vec<_>>()
-        };
-        ctx.toolkit
-            .events
-            .condition_transitions(
-                ps.as_ref(),
-                &announced(&old_conditions, true),
-                &announced(&new_status.conditions, false),
-                &[],
-            )
-            .await;
-    }
+    let new_status = status::status(
+        &ps,
+        &active,
+        writes_pending,
+        create_error.as_deref(),
+        conditions::now(),
+    );
+    publish_status(
+        &Api::namespaced(client, &ns),
+        &ctx.toolkit.events,
+        ps.as_ref(),
+        &new_status,
+        &status::ANNOUNCED,
+    )
+    .await?;
     if let Some(msg) = create_error {
         return Err(Error::CreatePods(msg));
     }
