@@ -10,14 +10,13 @@ use k8s_openapi::{
         apps::v1::Deployment,
         core::v1::{Pod, Service},
     },
-    apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{
         Controller,
         controller::Action,
-        events::EventType,
         finalizer::{self, finalizer},
         reflector::ObjectRef,
         watcher,
@@ -26,16 +25,19 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     Scope, Toolkit,
-    apply::{owner_reference, patch_status},
-    conditions::find,
+    apply::{namespace_terminating, owner_reference},
+    conditions,
+    events::Announce,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    status::publish_status,
 };
 
 use crate::{
     FINALIZER, OPERATOR,
     api::{DEFAULT_IMAGE, Memcached},
-    desired::{self, INSTANCE_LABEL, Problem},
+    desired::{self, INSTANCE_LABEL},
+    status::{self, Problem},
 };
 
 /// Why a reconcile failed.
@@ -199,11 +201,7 @@ where
     match shared::apply::apply(api, manager, desired, cached.as_ref()).await {
         Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
         Ok(None) => Ok(Child::Written(cached)),
-        Err(shared::Error::Kube(kube::Error::Api(s)))
-            if s.code == 403 && s.message.contains("being terminated") =>
-        {
-            Ok(Child::NamespaceTerminating)
-        }
+        Err(shared::Error::Kube(e)) if namespace_terminating(&e) => Ok(Child::NamespaceTerminating),
         Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
             Ok(Child::Problem(Problem::ApplyFailed(s.message)))
         }
@@ -222,11 +220,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     let owner = owner_reference(mc)?;
     let mut problem = None;
 
-    let cached = ctx
-        .deployments
-        .in_namespace(&ns, |d| d.name_any() == name)
-        .into_iter()
-        .next();
+    let cached = ctx.deployments.find(&ns, &name);
     let desired_deployment = desired::desired_deployment(mc, owner.clone(), &ctx.image);
     let deployment = match write_child(
         &Api::namespaced(client.clone(), &ns),
@@ -245,11 +239,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         Child::NamespaceTerminating => return Ok(Action::await_change()),
     };
 
-    let cached = ctx
-        .services
-        .in_namespace(&ns, |s| s.name_any() == name)
-        .into_iter()
-        .next();
+    let cached = ctx.services.find(&ns, &name);
     let desired_service = desired::desired_service(mc, owner.clone());
     match write_child(
         &Api::namespaced(client.clone(), &ns),
@@ -267,7 +257,15 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         Child::NamespaceTerminating => return Ok(Action::await_change()),
     }
 
-    update_status(mc, ctx, deployment.as_ref(), problem.as_ref(), &ns, false).await?;
+    update_status(
+        mc,
+        ctx,
+        deployment.as_ref(),
+        problem.as_ref(),
+        &ns,
+        &status::ANNOUNCED,
+    )
+    .await?;
     match problem {
         Some(Problem::ApplyFailed(msg) | Problem::NameConflict(msg)) => Err(Error::Children(msg)),
         _ => Ok(Action::await_change()),
@@ -292,18 +290,14 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let mc = &fresh;
-    let deployment = ctx
-        .deployments
-        .in_namespace(&ns, |d| d.name_any() == name)
-        .into_iter()
-        .next();
+    let deployment = ctx.deployments.find(&ns, &name);
     update_status(
         mc,
         ctx,
         deployment.as_deref(),
         Some(&Problem::Finalizing),
         &ns,
-        true,
+        &status::ANNOUNCED_FINALIZING,
     )
     .await?;
     tracing::info!(
@@ -312,80 +306,30 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-/// Patches the status if it changed and announces condition transitions: `Available`
-/// always, `Degraded` except its initial `False`; while `finalizing`, only `Degraded`, as a
-/// Normal event (a deletion the user asked for is not a problem).
+/// Describes the Memcached's Deployment and pods in its status, and announces the
+/// transitions listed in `announced` ([`status::ANNOUNCED`], or while finalizing
+/// [`status::ANNOUNCED_FINALIZING`]).
 async fn update_status(
     mc: &Memcached,
     ctx: &Context,
     deployment: Option<&Deployment>,
     problem: Option<&Problem>,
     ns: &str,
-    finalizing: bool,
+    announced: &[Announce],
 ) -> Result<(), Error> {
     let name = mc.name_any();
     let pods = ctx.pods.in_namespace(ns, |p| {
         p.labels().get(INSTANCE_LABEL) == Some(&name) && desired::is_pod_of(p, &name)
     });
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(mc, deployment, &pods, problem, now);
-    let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), ns);
-    let changed = match patch_status(&api, mc, mc.status.as_ref(), &new_status).await {
-        Ok(changed) => changed,
-        // Deleted meanwhile: nothing left to describe.
-        Err(shared::Error::Kube(kube::Error::Api(s))) if s.code == 404 => false,
-        Err(e) => return Err(e.into()),
-    };
-    if !changed {
-        return Ok(());
-    }
-    let old_conditions = mc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if finalizing {
-        // A deletion the user asked for is not a problem: one Normal event when the
-        // Memcached turns `Degraded/Finalizing`.
-        let before = find(&old_conditions, "Degraded");
-        if let Some(now) = find(&new_status.conditions, "Degraded")
-            && before.is_none_or(|b| b.status != now.status || b.reason != now.reason)
-        {
-            ctx.toolkit
-                .events
-                .publish(
-                    mc,
-                    EventType::Normal,
-                    &now.reason,
-                    &format!("{} is {}: {}", now.type_, now.status, now.message),
-                    "DegradedChanged",
-                )
-                .await;
-        }
-        return Ok(());
-    }
-    let announced = |cs: &[Condition], old: bool| {
-        cs.iter()
-            .filter(|c| {
-                c.type_ == "Available"
-                    || (c.type_ == "Degraded"
-                        && (old
-                            || c.status == "True"
-                            || find(&old_conditions, "Degraded").is_some()))
-            })
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    ctx.toolkit
-        .events
-        .condition_transitions(
-            mc,
-            &announced(&old_conditions, true),
-            &announced(&new_status.conditions, false),
-            &[],
-        )
-        .await;
+    let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
+    publish_status(
+        &Api::namespaced(ctx.toolkit.client.clone(), ns),
+        &ctx.toolkit.events,
+        mc,
+        &new_status,
+        announced,
+    )
+    .await?;
     Ok(())
 }
