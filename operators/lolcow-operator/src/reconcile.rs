@@ -16,19 +16,22 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    runtime::{Controller, controller::Action, events::EventType, watcher},
+    runtime::{Controller, controller::Action, watcher},
 };
 use shared::{
     Scope, Toolkit,
-    apply::{apply, owner_reference, patch_status},
+    apply::{apply, owner_reference},
     backoff::ErrorBackoff,
+    conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    status::publish_status,
 };
 
 use crate::{
     api::{DEFAULT_IMAGE, Lolcow},
-    desired::{self, ChildProblem},
+    desired,
+    status::{self, ChildProblem},
 };
 
 /// Why a reconcile failed.
@@ -127,11 +130,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The web app.
     let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let cached_dep = ctx
-        .deployments
-        .in_namespace(&ns, |d| d.name_any() == name)
-        .into_iter()
-        .next();
+    let cached_dep = ctx.deployments.find(&ns, &name);
     let dep = match claim(&dep_api, &name, cached_dep, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "deployment name taken");
@@ -150,11 +149,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The NodePort Service.
     let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let cached_svc = ctx
-        .services
-        .in_namespace(&ns, |s| s.name_any() == name)
-        .into_iter()
-        .next();
+    let cached_svc = ctx.services.find(&ns, &name);
     let (svc, mut problem) = match claim(&svc_api, &name, cached_svc, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "service name taken");
@@ -175,33 +170,21 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
     }
 
     // What is served, in the status; an event when Ready changes.
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(&lc, dep.as_ref(), svc.as_ref(), problem.as_ref(), now);
-    let old_conditions = lc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let api: Api<Lolcow> = Api::namespaced(client, &ns);
-    if patch_status(&api, lc.as_ref(), lc.status.as_ref(), &new_status).await?
-        && let Some(a) = desired::announcement(&old_conditions, &new_status.conditions)
-    {
-        if a.warning {
-            tracing::warn!(reason = %a.reason, "{}", a.note);
-        } else {
-            tracing::info!(reason = %a.reason, "{}", a.note);
-        }
-        let type_ = if a.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        ctx.toolkit
-            .events
-            .publish(lc.as_ref(), type_, &a.reason, &a.note, "ReadyChanged")
-            .await;
-    }
+    let new_status = status::status(
+        &lc,
+        dep.as_ref(),
+        svc.as_ref(),
+        problem.as_ref(),
+        conditions::now(),
+    );
+    publish_status(
+        &Api::namespaced(client, &ns),
+        &ctx.toolkit.events,
+        lc.as_ref(),
+        &new_status,
+        &status::ANNOUNCED,
+    )
+    .await?;
 
     if problem.is_some() {
         // The port may be freed, or the stranger holding a name deleted, without an event
