@@ -125,55 +125,6 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
-/// A new condition stamped with `now` (the stamp is kept by [`set_condition`] when the
-/// status did not change).
-#[must_use]
-pub fn new_condition(
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: impl Into<String>,
-    observed_generation: Option<i64>,
-    now: jiff::Timestamp,
-) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: status_str(status).to_owned(),
-        reason: reason.to_owned(),
-        message: message.into(),
-        observed_generation,
-        last_transition_time: Time(now),
-    }
-}
-
-/// Sets `new` in `conditions`, replacing the condition of the same type. When the status is
-/// unchanged the old `lastTransitionTime` is kept. Returns whether anything changed.
-pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) -> bool {
-    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
-        Some(old) => {
-            if old.status == new.status {
-                new.last_transition_time = old.last_transition_time.clone();
-            }
-            let changed = *old != new;
-            *old = new;
-            changed
-        }
-        None => {
-            conditions.push(new);
-            true
-        }
-    }
-}
-
-/// Conditions in `new` whose status differs from the same type in `old` (or that are new):
-/// the transitions worth an event.
-#[must_use]
-pub fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
-    new.iter()
-        .filter(|n| find(old, &n.type_).is_none_or(|o| o.status != n.status))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

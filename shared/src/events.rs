@@ -10,7 +10,7 @@ use kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
-use crate::conditions::{self, find};
+use crate::conditions::find;
 
 /// How the transitions of one condition type are announced (see [`announcements`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,34 +167,6 @@ impl Events {
                     instance,
                 },
             ),
-        }
-    }
-
-    /// One event per condition whose status changed between `old` and `new`. Normal, except
-    /// `Degraded=True` and a `False` condition with a reason listed in `warning_reasons`.
-    /// Failures to publish are logged, never fatal.
-    pub async fn condition_transitions<K: Resource<DynamicType = ()>>(
-        &self,
-        obj: &K,
-        old: &[Condition],
-        new: &[Condition],
-        warning_reasons: &[&str],
-    ) {
-        for c in conditions::transitions(old, new) {
-            let warning = (c.type_ == "Degraded" && c.status == "True")
-                || (c.status == "False" && warning_reasons.contains(&c.reason.as_str()));
-            let type_ = if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            };
-            let note = if c.message.is_empty() {
-                format!("{} is {}", c.type_, c.status)
-            } else {
-                format!("{} is {}: {}", c.type_, c.status, c.message)
-            };
-            self.publish(obj, type_, &c.reason, &note, &format!("{}Changed", c.type_))
-                .await;
         }
     }
 
