@@ -49,6 +49,8 @@ pub mod serving;
 pub mod status;
 #[cfg(feature = "operator")]
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(feature = "operator")]
 pub use cli::{Cli, Command, RunArgs};
