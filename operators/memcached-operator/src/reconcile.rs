@@ -333,3 +333,166 @@ async fn update_status(
     .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::{memcached, mocked_client};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use shared::testing::{Reply, Scripted, toolkit};
+
+    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
+    const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
+    const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/cache";
+    const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/cache";
+    const MEMCACHED: &str = "/apis/cache.example.com/v1alpha1/namespaces/ns/memcacheds/cache";
+    const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+    /// A Memcached of size 1 that carries the finalizer.
+    fn with_finalizer() -> Memcached {
+        let mut mc = memcached(1, None);
+        mc.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+        mc
+    }
+
+    /// Reconciles `mc` against `replies`; returns the result and the scripted server.
+    async fn run(mc: Memcached, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
+        let api = Scripted::new(replies);
+        let ctx = Arc::new(Context::new(toolkit(mocked_client(&api), OPERATOR), None));
+        let result = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            reconcile(Arc::new(mc), ctx),
+        )
+        .await
+        .unwrap();
+        (result, api)
+    }
+
+    /// The (type, reason) of the events created.
+    fn events(api: &Scripted) -> Vec<(String, String)> {
+        api.seen()
+            .iter()
+            .filter(|s| s.line() == EVENT)
+            .map(|s| {
+                (
+                    s.body["type"].as_str().unwrap().to_owned(),
+                    s.body["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The children are absent, then created (the API server echoes the applied object).
+    fn children_created() -> Vec<Reply> {
+        vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(404, "not found"),
+            Reply::Echo,
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_refused_deployment_is_degraded_and_retried() {
+        for (code, message) in [
+            (403, "admission webhook denied the request"),
+            (422, "Deployment.apps \"cache\" is invalid"),
+        ] {
+            let mc = with_finalizer();
+            let replies = vec![
+                Reply::error(404, "not found"),
+                Reply::error(code, message),
+                Reply::error(404, "not found"),
+                Reply::Echo,
+                Reply::Object(serde_json::to_value(&mc).unwrap()),
+                Reply::Echo,
+                Reply::Echo,
+            ];
+            let (result, api) = run(mc, replies).await;
+            let Err(Error::Finalizer(e)) = &result else {
+                panic!("{result:?}")
+            };
+            assert!(
+                matches!(e.as_ref(), finalizer::Error::ApplyFailed(Error::Children(m)) if m == message),
+                "{e:?}"
+            );
+            // The Service is still written, then the status, then the events.
+            let status = format!("PATCH {MEMCACHED}/status");
+            assert_eq!(
+                api.lines(),
+                [
+                    GET_DEPLOYMENT,
+                    APPLY_DEPLOYMENT,
+                    GET_SERVICE,
+                    APPLY_SERVICE,
+                    &status,
+                    EVENT,
+                    EVENT
+                ]
+            );
+            assert_eq!(
+                events(&api),
+                [
+                    ("Normal".to_owned(), "Reconciling".to_owned()),
+                    ("Warning".to_owned(), "ApplyFailed".to_owned())
+                ]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn status_write_404_is_no_error() {
+        let mut replies = children_created();
+        replies.push(Reply::error(404, "not found"));
+        let (result, api) = run(with_finalizer(), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+        assert_eq!(api.lines()[4], format!("PATCH {MEMCACHED}/status"));
+    }
+
+    #[tokio::test]
+    async fn status_write_409_is_retried() {
+        let mut replies = children_created();
+        replies.push(Reply::error(409, "the object has been modified"));
+        let (result, api) = run(with_finalizer(), replies).await;
+        let Err(Error::Finalizer(e)) = &result else {
+            panic!("{result:?}")
+        };
+        assert!(
+            matches!(
+                e.as_ref(),
+                finalizer::Error::ApplyFailed(Error::Shared(shared::Error::Kube(kube::Error::Api(s))))
+                    if s.code == 409
+            ),
+            "{e:?}"
+        );
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+    }
+
+    #[tokio::test]
+    async fn finalizing_is_one_normal_event_and_a_finalizer_already_gone_is_fine() {
+        let mut mc = with_finalizer();
+        mc.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Echo,
+            // The finalizer was removed meanwhile (an earlier reconcile).
+            Reply::error(404, "not found"),
+        ];
+        let (result, api) = run(mc, replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        let (get, status, remove) = (
+            format!("GET {MEMCACHED}"),
+            format!("PATCH {MEMCACHED}/status"),
+            format!("PATCH {MEMCACHED}"),
+        );
+        assert_eq!(api.lines(), [get.as_str(), &status, EVENT, &remove]);
+        assert_eq!(
+            events(&api),
+            [("Normal".to_owned(), "Finalizing".to_owned())]
+        );
+    }
+}
