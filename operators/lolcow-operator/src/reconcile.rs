@@ -261,3 +261,133 @@ async fn write_service(
         Err(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::{lolcow, mocked_client};
+    use shared::testing::{Reply, Scripted, toolkit};
+
+    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/moo";
+    const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/moo";
+    const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/moo";
+    const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/moo";
+    const STATUS: &str = "PATCH /apis/my.domain/v1alpha1/namespaces/ns/lolcows/moo/status";
+    const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+    /// Reconciles `lc` against `replies`; returns the result and the scripted server.
+    async fn run(lc: Lolcow, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
+        let api = Scripted::new(replies);
+        let ctx = Arc::new(Context::new(
+            toolkit(mocked_client(&api), crate::OPERATOR),
+            None,
+        ));
+        let result = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            reconcile(Arc::new(lc), ctx),
+        )
+        .await
+        .unwrap();
+        (result, api)
+    }
+
+    /// The Deployment is absent, then created; the Service is absent, then `service`.
+    fn children(service: Reply) -> Vec<Reply> {
+        vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(404, "not found"),
+            service,
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_taken_node_port_is_a_condition_not_an_error() {
+        let lc = lolcow(30080, Some("Hello"));
+        let message = "Service \"moo\" is invalid: spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated";
+        let mut replies = children(Reply::error(422, message));
+        replies.push(Reply::Object(serde_json::to_value(&lc).unwrap()));
+        replies.push(Reply::Echo);
+        let (result, api) = run(lc, replies).await;
+        // Looked at again after the refused-Service backoff (5 s at first).
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(
+            api.lines(),
+            [
+                GET_DEPLOYMENT,
+                APPLY_DEPLOYMENT,
+                GET_SERVICE,
+                APPLY_SERVICE,
+                STATUS,
+                EVENT
+            ]
+        );
+        let seen = api.seen();
+        let ready = &seen[4].body["status"]["conditions"][0];
+        assert_eq!(
+            (&ready["type"], &ready["status"], &ready["reason"]),
+            (&"Ready".into(), &"False".into(), &"PortConflict".into())
+        );
+        let event = &seen[5].body;
+        assert_eq!(
+            (&event["type"], &event["reason"], &event["action"]),
+            (
+                &"Warning".into(),
+                &"PortConflict".into(),
+                &"ReadyChanged".into()
+            )
+        );
+        assert_eq!(event["note"], format!("Ready is False: {message}"));
+    }
+
+    #[tokio::test]
+    async fn a_forbidden_service_is_an_error() {
+        let (result, api) = run(
+            lolcow(30080, None),
+            children(Reply::error(403, "services \"moo\" is forbidden")),
+        )
+        .await;
+        assert!(
+            matches!(
+                result,
+                Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == 403
+            ),
+            "{result:?}"
+        );
+        assert_eq!(
+            api.lines(),
+            [GET_DEPLOYMENT, APPLY_DEPLOYMENT, GET_SERVICE, APPLY_SERVICE],
+            "no status write"
+        );
+    }
+
+    #[tokio::test]
+    async fn status_write_404_is_no_error() {
+        let mut replies = children(Reply::Echo);
+        replies.push(Reply::error(404, "not found"));
+        let (result, api) = run(lolcow(30080, None), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+        assert_eq!(api.lines()[4], STATUS);
+    }
+
+    #[tokio::test]
+    async fn status_write_409_is_retried() {
+        let mut replies = children(Reply::Echo);
+        replies.push(Reply::error(409, "the object has been modified"));
+        let (result, api) = run(lolcow(30080, None), replies).await;
+        assert!(
+            matches!(
+                result,
+                Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == 409
+            ),
+            "{result:?}"
+        );
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+    }
+}
