@@ -378,3 +378,130 @@ async fn write(
         Err(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::{consumer, mocked_client};
+    use shared::testing::{Reply, Scripted, toolkit};
+
+    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
+    const APPLY_DEPLOYMENT: &str =
+        "PATCH /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
+    const STATUS: &str = "PATCH /apis/pulsar.pulsarconsumer.krvarma.com/v1/namespaces/ns/pulsarconsumers/orders/status";
+    const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+    /// Reconciles `pc` against `replies`; returns the result and the scripted server.
+    async fn run(pc: PulsarConsumer, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
+        let api = Scripted::new(replies);
+        let ctx = Arc::new(Context::new(toolkit(mocked_client(&api), OPERATOR), None));
+        let result = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            reconcile(Arc::new(pc), ctx),
+        )
+        .await
+        .unwrap();
+        (result, api)
+    }
+
+    /// The (type, reason) of the events created.
+    fn events(api: &Scripted) -> Vec<(String, String)> {
+        api.seen()
+            .iter()
+            .filter(|s| s.line() == EVENT)
+            .map(|s| {
+                (
+                    s.body["type"].as_str().unwrap().to_owned(),
+                    s.body["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_refused_deployment_is_reported_and_retried() {
+        for (code, message) in [
+            (
+                403,
+                "deployments.apps \"orders-deployment\" is forbidden: exceeded quota",
+            ),
+            (422, "Deployment.apps \"orders-deployment\" is invalid"),
+        ] {
+            let pc = consumer(1);
+            let replies = vec![
+                Reply::error(404, "not found"),
+                Reply::error(code, message),
+                Reply::Object(serde_json::to_value(&pc).unwrap()),
+                Reply::Echo,
+            ];
+            let (result, api) = run(pc, replies).await;
+            assert!(
+                matches!(result, Err(Error::Rejected(ref m)) if m.contains(message)),
+                "{result:?}"
+            );
+            assert_eq!(
+                api.lines(),
+                [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
+            );
+            assert_eq!(
+                events(&api),
+                [("Warning".to_owned(), "DeploymentRejected".to_owned())]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_namespace_being_deleted_is_no_error() {
+        let pc = consumer(1);
+        let message = "deployments.apps \"orders-deployment\" is forbidden: unable to create new content in namespace ns because it is being terminated";
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::error(403, message),
+            Reply::Object(serde_json::to_value(&pc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run(pc, replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        // The status still says what is (no Deployment), with a Normal event.
+        assert_eq!(
+            api.lines(),
+            [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
+        );
+        assert_eq!(
+            events(&api),
+            [("Normal".to_owned(), "DeploymentMissing".to_owned())]
+        );
+    }
+
+    #[tokio::test]
+    async fn status_write_404_is_no_error() {
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(404, "not found"),
+        ];
+        let (result, api) = run(consumer(1), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
+    }
+
+    #[tokio::test]
+    async fn status_write_409_is_retried() {
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(409, "the object has been modified"),
+        ];
+        let (result, api) = run(consumer(1), replies).await;
+        assert!(
+            matches!(
+                result,
+                Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == 409
+            ),
+            "{result:?}"
+        );
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
+    }
+}
