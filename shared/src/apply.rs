@@ -135,6 +135,14 @@ where
     Ok(true)
 }
 
+/// Whether `error` is the API server refusing a write because the namespace is being
+/// deleted (`403 Forbidden`, "... because it is being terminated"): nothing more is to be
+/// done there, and it is no failure.
+#[must_use]
+pub fn namespace_terminating(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 403 && s.message.contains("being terminated"))
+}
+
 fn to_value<T: Serialize>(v: &T, what: &str) -> Result<Value, Error> {
     serde_json::to_value(v).map_err(|source| Error::Serialize {
         what: what.to_owned(),
@@ -184,6 +192,26 @@ mod tests {
         ));
         assert!(!is_subset(&json!({"spec": {"ports": []}}), &actual));
         assert!(!is_subset(&json!({"spec": {"type": "NodePort"}}), &actual));
+    }
+
+    #[test]
+    fn terminating_namespaces() {
+        let api = |code, message: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure(message, "Forbidden")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(namespace_terminating(&api(
+            403,
+            "pods \"a\" is forbidden: unable to create new content in namespace n because it is being terminated"
+        )));
+        assert!(!namespace_terminating(&api(
+            403,
+            "pods is forbidden: exceeded quota"
+        )));
+        assert!(!namespace_terminating(&api(409, "being terminated")));
     }
 
     #[test]

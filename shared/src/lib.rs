@@ -7,9 +7,10 @@
 //! checks the CRD, serves [`metrics`] and [`health`], wins [`leader`] election and starts
 //! one kube-runtime `Controller` per [`namespaces`] scope -> the operator's reconcile builds
 //! desired children and writes them with [`apply`] -> [`conditions`] summarise what it
-//! observed -> [`events`] announce condition transitions -> [`backoff`] paces retries.
-//! Every API request of the kube client waits for a token of [`rate_limit`]'s bucket and
-//! is sent again when the API server answers 429 Too Many Requests.
+//! observed -> [`status`] writes them and [`events`] announce their transitions ->
+//! [`backoff`] paces retries. With `--kube-api-qps`, every API request of the kube client
+//! waits for a token of [`rate_limit`]'s bucket; it is sent again when the API server
+//! answers 429 Too Many Requests.
 //!
 //! [`serving`] is the one HTTP/1 loop of every server here (with limits and timeouts);
 //! it is all the crate has without its default `operator` feature, which is how the
@@ -49,7 +50,11 @@ pub mod rate_limit;
 pub mod run;
 pub mod serving;
 #[cfg(feature = "operator")]
+pub mod status;
+#[cfg(feature = "operator")]
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(feature = "operator")]
 pub use cli::{Cli, Command, RunArgs};

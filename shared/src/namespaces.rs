@@ -14,7 +14,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
         Controller, WatchStreamExt,
-        reflector::{self, Store},
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -413,6 +413,16 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
         }
     }
 
+    /// The object `name` in `namespace`, from the store of the scope holding it.
+    #[must_use]
+    pub fn find(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let stores = self.stores.read().ok()?;
+        let (_, store) = stores
+            .iter()
+            .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))?;
+        store.get(&ObjectRef::new(name).within(namespace))
+    }
+
     /// Objects in `namespace` that satisfy `predicate`, from the store of the scope holding it.
     #[must_use]
     pub fn in_namespace(&self, namespace: &str, predicate: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
@@ -471,6 +481,39 @@ mod tests {
         let mut bare = Pod::default();
         trim_pod(&mut bare);
         assert!(bare.status.is_none());
+    }
+
+    #[tokio::test]
+    async fn find_looks_in_the_store_of_the_namespace() {
+        let pod = |ns: &str, name: &str| {
+            let mut p = Pod::default();
+            p.metadata.namespace = Some(ns.into());
+            p.metadata.name = Some(name.into());
+            p
+        };
+        // A client that never connects (a scope makes no request until it watches).
+        let client = || {
+            let service = tower::service_fn(|_: axum::http::Request<kube::client::Body>| async {
+                Err::<axum::http::Response<kube::client::Body>, _>(std::io::Error::other("offline"))
+            });
+            Client::new(service, "default")
+        };
+        let stores = ScopedStores::<Pod>::default();
+        for (ns, pods) in [("a", vec![pod("a", "x")]), ("b", vec![pod("b", "y")])] {
+            let (store, mut writer) = reflector::store::<Pod>();
+            for p in pods {
+                writer.apply_watcher_event(&watcher::Event::Apply(p));
+            }
+            stores.insert(&Scope::new(client(), Some(ns.into())), store);
+        }
+        assert_eq!(stores.find("a", "x").unwrap().name_any(), "x");
+        assert!(stores.find("a", "y").is_none());
+        assert!(stores.find("b", "x").is_none());
+        assert_eq!(
+            stores.find("b", "y").unwrap().namespace().as_deref(),
+            Some("b")
+        );
+        assert!(stores.find("c", "x").is_none());
     }
 
     #[test]

@@ -3,13 +3,17 @@
 //!
 //! Data flow: a Lolcow, its Deployment or its Service changes -> [`reconcile::reconcile`]
 //! reads the cached children -> [`desired`] builds the Deployment and Service it wants
-//! (pure) -> they are server-side applied when they differ -> [`desired::status`] describes
+//! (pure) -> they are server-side applied when they differ -> [`status::status`] describes
 //! what is served -> the status subresource is patched if it changed, with an event when
 //! `Ready` changes.
 
 pub mod api;
 pub mod desired;
 pub mod reconcile;
+pub mod status;
+
+#[cfg(test)]
+mod fixtures;
 
 pub use api::{Lolcow, LolcowSpec, LolcowStatus};
 

@@ -16,19 +16,22 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    runtime::{Controller, controller::Action, events::EventType, watcher},
+    runtime::{Controller, controller::Action, watcher},
 };
 use shared::{
     Scope, Toolkit,
-    apply::{apply, owner_reference, patch_status},
+    apply::{apply, owner_reference},
     backoff::ErrorBackoff,
+    conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    status::publish_status,
 };
 
 use crate::{
     api::{DEFAULT_IMAGE, Lolcow},
-    desired::{self, ChildProblem},
+    desired,
+    status::{self, ChildProblem},
 };
 
 /// Why a reconcile failed.
@@ -127,11 +130,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The web app.
     let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let cached_dep = ctx
-        .deployments
-        .in_namespace(&ns, |d| d.name_any() == name)
-        .into_iter()
-        .next();
+    let cached_dep = ctx.deployments.find(&ns, &name);
     let dep = match claim(&dep_api, &name, cached_dep, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "deployment name taken");
@@ -150,11 +149,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The NodePort Service.
     let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let cached_svc = ctx
-        .services
-        .in_namespace(&ns, |s| s.name_any() == name)
-        .into_iter()
-        .next();
+    let cached_svc = ctx.services.find(&ns, &name);
     let (svc, mut problem) = match claim(&svc_api, &name, cached_svc, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "service name taken");
@@ -175,33 +170,21 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
     }
 
     // What is served, in the status; an event when Ready changes.
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(&lc, dep.as_ref(), svc.as_ref(), problem.as_ref(), now);
-    let old_conditions = lc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let api: Api<Lolcow> = Api::namespaced(client, &ns);
-    if patch_status(&api, lc.as_ref(), lc.status.as_ref(), &new_status).await?
-        && let Some(a) = desired::announcement(&old_conditions, &new_status.conditions)
-    {
-        if a.warning {
-            tracing::warn!(reason = %a.reason, "{}", a.note);
-        } else {
-            tracing::info!(reason = %a.reason, "{}", a.note);
-        }
-        let type_ = if a.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        ctx.toolkit
-            .events
-            .publish(lc.as_ref(), type_, &a.reason, &a.note, "ReadyChanged")
-            .await;
-    }
+    let new_status = status::status(
+        &lc,
+        dep.as_ref(),
+        svc.as_ref(),
+        problem.as_ref(),
+        conditions::now(),
+    );
+    publish_status(
+        &Api::namespaced(client, &ns),
+        &ctx.toolkit.events,
+        lc.as_ref(),
+        &new_status,
+        &status::ANNOUNCED,
+    )
+    .await?;
 
     if problem.is_some() {
         // The port may be freed, or the stranger holding a name deleted, without an event
@@ -276,5 +259,135 @@ async fn write_service(
             }
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::{lolcow, mocked_client};
+    use shared::testing::{Reply, Scripted, toolkit};
+
+    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/moo";
+    const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/moo";
+    const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/moo";
+    const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/moo";
+    const STATUS: &str = "PATCH /apis/my.domain/v1alpha1/namespaces/ns/lolcows/moo/status";
+    const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+    /// Reconciles `lc` against `replies`; returns the result and the scripted server.
+    async fn run(lc: Lolcow, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
+        let api = Scripted::new(replies);
+        let ctx = Arc::new(Context::new(
+            toolkit(mocked_client(&api), crate::OPERATOR),
+            None,
+        ));
+        let result = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            reconcile(Arc::new(lc), ctx),
+        )
+        .await
+        .unwrap();
+        (result, api)
+    }
+
+    /// The Deployment is absent, then created; the Service is absent, then `service`.
+    fn children(service: Reply) -> Vec<Reply> {
+        vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(404, "not found"),
+            service,
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_taken_node_port_is_a_condition_not_an_error() {
+        let lc = lolcow(30080, Some("Hello"));
+        let message = "Service \"moo\" is invalid: spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated";
+        let mut replies = children(Reply::error(422, message));
+        replies.push(Reply::Object(serde_json::to_value(&lc).unwrap()));
+        replies.push(Reply::Echo);
+        let (result, api) = run(lc, replies).await;
+        // Looked at again after the refused-Service backoff (5 s at first).
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(
+            api.lines(),
+            [
+                GET_DEPLOYMENT,
+                APPLY_DEPLOYMENT,
+                GET_SERVICE,
+                APPLY_SERVICE,
+                STATUS,
+                EVENT
+            ]
+        );
+        let seen = api.seen();
+        let ready = &seen[4].body["status"]["conditions"][0];
+        assert_eq!(
+            (&ready["type"], &ready["status"], &ready["reason"]),
+            (&"Ready".into(), &"False".into(), &"PortConflict".into())
+        );
+        let event = &seen[5].body;
+        assert_eq!(
+            (&event["type"], &event["reason"], &event["action"]),
+            (
+                &"Warning".into(),
+                &"PortConflict".into(),
+                &"ReadyChanged".into()
+            )
+        );
+        assert_eq!(event["note"], format!("Ready is False: {message}"));
+    }
+
+    #[tokio::test]
+    async fn a_forbidden_service_is_an_error() {
+        let (result, api) = run(
+            lolcow(30080, None),
+            children(Reply::error(403, "services \"moo\" is forbidden")),
+        )
+        .await;
+        assert!(
+            matches!(
+                result,
+                Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == 403
+            ),
+            "{result:?}"
+        );
+        assert_eq!(
+            api.lines(),
+            [GET_DEPLOYMENT, APPLY_DEPLOYMENT, GET_SERVICE, APPLY_SERVICE],
+            "no status write"
+        );
+    }
+
+    #[tokio::test]
+    async fn status_write_404_is_no_error() {
+        let mut replies = children(Reply::Echo);
+        replies.push(Reply::error(404, "not found"));
+        let (result, api) = run(lolcow(30080, None), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+        assert_eq!(api.lines()[4], STATUS);
+    }
+
+    #[tokio::test]
+    async fn status_write_409_is_retried() {
+        let mut replies = children(Reply::Echo);
+        replies.push(Reply::error(409, "the object has been modified"));
+        let (result, api) = run(lolcow(30080, None), replies).await;
+        assert!(
+            matches!(
+                result,
+                Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == 409
+            ),
+            "{result:?}"
+        );
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
     }
 }

@@ -4,14 +4,18 @@
 //! Data flow: a Memcached, its Deployment, its Service or one of its pods changes ->
 //! [`reconcile::reconcile`] (behind the `cache.example.com/finalizer` finalizer) ->
 //! [`desired`] builds the Deployment and Service (pure) -> they are server-side applied
-//! when they drifted -> [`desired::status`] summarises the Deployment and pods -> the status
-//! subresource is patched if it changed. On deletion the finalizer marks the Memcached
-//! `Degraded` (`Finalizing`), emits one Normal event and lets garbage collection remove
-//! the children.
+//! when they drifted -> [`status::status`] summarises the Deployment and pods -> the status
+//! subresource is patched if it changed, with an event per announced transition. On
+//! deletion the finalizer marks the Memcached `Degraded` (`Finalizing`), emits one Normal
+//! event and lets garbage collection remove the children.
 
 pub mod api;
 pub mod desired;
 pub mod reconcile;
+pub mod status;
+
+#[cfg(test)]
+mod fixtures;
 
 pub use api::{Memcached, MemcachedSpec, MemcachedStatus};
 

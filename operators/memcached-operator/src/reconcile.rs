@@ -10,14 +10,13 @@ use k8s_openapi::{
         apps::v1::Deployment,
         core::v1::{Pod, Service},
     },
-    apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{
         Controller,
         controller::Action,
-        events::EventType,
         finalizer::{self, finalizer},
         reflector::ObjectRef,
         watcher,
@@ -26,16 +25,19 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     Scope, Toolkit,
-    apply::{owner_reference, patch_status},
-    conditions::find,
+    apply::{namespace_terminating, owner_reference},
+    conditions,
+    events::Announce,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    status::publish_status,
 };
 
 use crate::{
     FINALIZER, OPERATOR,
     api::{DEFAULT_IMAGE, Memcached},
-    desired::{self, INSTANCE_LABEL, Problem},
+    desired::{self, INSTANCE_LABEL},
+    status::{self, Problem},
 };
 
 /// Why a reconcile failed.
@@ -199,11 +201,7 @@ where
     match shared::apply::apply(api, manager, desired, cached.as_ref()).await {
         Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
         Ok(None) => Ok(Child::Written(cached)),
-        Err(shared::Error::Kube(kube::Error::Api(s)))
-            if s.code == 403 && s.message.contains("being terminated") =>
-        {
-            Ok(Child::NamespaceTerminating)
-        }
+        Err(shared::Error::Kube(e)) if namespace_terminating(&e) => Ok(Child::NamespaceTerminating),
         Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
             Ok(Child::Problem(Problem::ApplyFailed(s.message)))
         }
@@ -222,11 +220,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     let owner = owner_reference(mc)?;
     let mut problem = None;
 
-    let cached = ctx
-        .deployments
-        .in_namespace(&ns, |d| d.name_any() == name)
-        .into_iter()
-        .next();
+    let cached = ctx.deployments.find(&ns, &name);
     let desired_deployment = desired::desired_deployment(mc, owner.clone(), &ctx.image);
     let deployment = match write_child(
         &Api::namespaced(client.clone(), &ns),
@@ -245,11 +239,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         Child::NamespaceTerminating => return Ok(Action::await_change()),
     };
 
-    let cached = ctx
-        .services
-        .in_namespace(&ns, |s| s.name_any() == name)
-        .into_iter()
-        .next();
+    let cached = ctx.services.find(&ns, &name);
     let desired_service = desired::desired_service(mc, owner.clone());
     match write_child(
         &Api::namespaced(client.clone(), &ns),
@@ -267,7 +257,15 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         Child::NamespaceTerminating => return Ok(Action::await_change()),
     }
 
-    update_status(mc, ctx, deployment.as_ref(), problem.as_ref(), &ns, false).await?;
+    update_status(
+        mc,
+        ctx,
+        deployment.as_ref(),
+        problem.as_ref(),
+        &ns,
+        &status::ANNOUNCED,
+    )
+    .await?;
     match problem {
         Some(Problem::ApplyFailed(msg) | Problem::NameConflict(msg)) => Err(Error::Children(msg)),
         _ => Ok(Action::await_change()),
@@ -292,18 +290,14 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let mc = &fresh;
-    let deployment = ctx
-        .deployments
-        .in_namespace(&ns, |d| d.name_any() == name)
-        .into_iter()
-        .next();
+    let deployment = ctx.deployments.find(&ns, &name);
     update_status(
         mc,
         ctx,
         deployment.as_deref(),
         Some(&Problem::Finalizing),
         &ns,
-        true,
+        &status::ANNOUNCED_FINALIZING,
     )
     .await?;
     tracing::info!(
@@ -312,80 +306,193 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-/// Patches the status if it changed and announces condition transitions: `Available`
-/// always, `Degraded` except its initial `False`; while `finalizing`, only `Degraded`, as a
-/// Normal event (a deletion the user asked for is not a problem).
+/// Describes the Memcached's Deployment and pods in its status, and announces the
+/// transitions listed in `announced` ([`status::ANNOUNCED`], or while finalizing
+/// [`status::ANNOUNCED_FINALIZING`]).
 async fn update_status(
     mc: &Memcached,
     ctx: &Context,
     deployment: Option<&Deployment>,
     problem: Option<&Problem>,
     ns: &str,
-    finalizing: bool,
+    announced: &[Announce],
 ) -> Result<(), Error> {
     let name = mc.name_any();
     let pods = ctx.pods.in_namespace(ns, |p| {
         p.labels().get(INSTANCE_LABEL) == Some(&name) && desired::is_pod_of(p, &name)
     });
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(mc, deployment, &pods, problem, now);
-    let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), ns);
-    let changed = match patch_status(&api, mc, mc.status.as_ref(), &new_status).await {
-        Ok(changed) => changed,
-        // Deleted meanwhile: nothing left to describe.
-        Err(shared::Error::Kube(kube::Error::Api(s))) if s.code == 404 => false,
-        Err(e) => return Err(e.into()),
-    };
-    if !changed {
-        return Ok(());
-    }
-    let old_conditions = mc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if finalizing {
-        // A deletion the user asked for is not a problem: one Normal event when the
-        // Memcached turns `Degraded/Finalizing`.
-        let before = find(&old_conditions, "Degraded");
-        if let Some(now) = find(&new_status.conditions, "Degraded")
-            && before.is_none_or(|b| b.status != now.status || b.reason != now.reason)
-        {
-            ctx.toolkit
-                .events
-                .publish(
-                    mc,
-                    EventType::Normal,
-                    &now.reason,
-                    &format!("{} is {}: {}", now.type_, now.status, now.message),
-                    "DegradedChanged",
-                )
-                .await;
-        }
-        return Ok(());
-    }
-    let announced = |cs: &[Condition], old: bool| {
-        cs.iter()
-            .filter(|c| {
-                c.type_ == "Available"
-                    || (c.type_ == "Degraded"
-                        && (old
-                            || c.status == "True"
-                            || find(&old_conditions, "Degraded").is_some()))
-            })
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    ctx.toolkit
-        .events
-        .condition_transitions(
-            mc,
-            &announced(&old_conditions, true),
-            &announced(&new_status.conditions, false),
-            &[],
-        )
-        .await;
+    let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
+    publish_status(
+        &Api::namespaced(ctx.toolkit.client.clone(), ns),
+        &ctx.toolkit.events,
+        mc,
+        &new_status,
+        announced,
+    )
+    .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::{memcached, mocked_client};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use shared::testing::{Reply, Scripted, toolkit};
+
+    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
+    const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
+    const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/cache";
+    const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/cache";
+    const MEMCACHED: &str = "/apis/cache.example.com/v1alpha1/namespaces/ns/memcacheds/cache";
+    const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+    /// A Memcached of size 1 that carries the finalizer.
+    fn with_finalizer() -> Memcached {
+        let mut mc = memcached(1, None);
+        mc.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+        mc
+    }
+
+    /// Reconciles `mc` against `replies`; returns the result and the scripted server.
+    async fn run(mc: Memcached, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
+        let api = Scripted::new(replies);
+        let ctx = Arc::new(Context::new(toolkit(mocked_client(&api), OPERATOR), None));
+        let result = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            reconcile(Arc::new(mc), ctx),
+        )
+        .await
+        .unwrap();
+        (result, api)
+    }
+
+    /// The (type, reason) of the events created.
+    fn events(api: &Scripted) -> Vec<(String, String)> {
+        api.seen()
+            .iter()
+            .filter(|s| s.line() == EVENT)
+            .map(|s| {
+                (
+                    s.body["type"].as_str().unwrap().to_owned(),
+                    s.body["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The children are absent, then created (the API server echoes the applied object).
+    fn children_created() -> Vec<Reply> {
+        vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(404, "not found"),
+            Reply::Echo,
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_refused_deployment_is_degraded_and_retried() {
+        for (code, message) in [
+            (403, "admission webhook denied the request"),
+            (422, "Deployment.apps \"cache\" is invalid"),
+        ] {
+            let mc = with_finalizer();
+            let replies = vec![
+                Reply::error(404, "not found"),
+                Reply::error(code, message),
+                Reply::error(404, "not found"),
+                Reply::Echo,
+                Reply::Object(serde_json::to_value(&mc).unwrap()),
+                Reply::Echo,
+                Reply::Echo,
+            ];
+            let (result, api) = run(mc, replies).await;
+            let Err(Error::Finalizer(e)) = &result else {
+                panic!("{result:?}")
+            };
+            assert!(
+                matches!(e.as_ref(), finalizer::Error::ApplyFailed(Error::Children(m)) if m == message),
+                "{e:?}"
+            );
+            // The Service is still written, then the status, then the events.
+            let status = format!("PATCH {MEMCACHED}/status");
+            assert_eq!(
+                api.lines(),
+                [
+                    GET_DEPLOYMENT,
+                    APPLY_DEPLOYMENT,
+                    GET_SERVICE,
+                    APPLY_SERVICE,
+                    &status,
+                    EVENT,
+                    EVENT
+                ]
+            );
+            assert_eq!(
+                events(&api),
+                [
+                    ("Normal".to_owned(), "Reconciling".to_owned()),
+                    ("Warning".to_owned(), "ApplyFailed".to_owned())
+                ]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn status_write_404_is_no_error() {
+        let mut replies = children_created();
+        replies.push(Reply::error(404, "not found"));
+        let (result, api) = run(with_finalizer(), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+        assert_eq!(api.lines()[4], format!("PATCH {MEMCACHED}/status"));
+    }
+
+    #[tokio::test]
+    async fn status_write_409_is_retried() {
+        let mut replies = children_created();
+        replies.push(Reply::error(409, "the object has been modified"));
+        let (result, api) = run(with_finalizer(), replies).await;
+        let Err(Error::Finalizer(e)) = &result else {
+            panic!("{result:?}")
+        };
+        assert!(
+            matches!(
+                e.as_ref(),
+                finalizer::Error::ApplyFailed(Error::Shared(shared::Error::Kube(kube::Error::Api(s))))
+                    if s.code == 409
+            ),
+            "{e:?}"
+        );
+        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+    }
+
+    #[tokio::test]
+    async fn finalizing_is_one_normal_event_and_a_finalizer_already_gone_is_fine() {
+        let mut mc = with_finalizer();
+        mc.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Echo,
+            // The finalizer was removed meanwhile (an earlier reconcile).
+            Reply::error(404, "not found"),
+        ];
+        let (result, api) = run(mc, replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        let (get, status, remove) = (
+            format!("GET {MEMCACHED}"),
+            format!("PATCH {MEMCACHED}/status"),
+            format!("PATCH {MEMCACHED}"),
+        );
+        assert_eq!(api.lines(), [get.as_str(), &status, EVENT, &remove]);
+        assert_eq!(
+            events(&api),
+            [("Normal".to_owned(), "Finalizing".to_owned())]
+        );
+    }
 }

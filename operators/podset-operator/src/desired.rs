@@ -1,5 +1,5 @@
-//! Pure builders: the pod a PodSet wants, which pods to create or delete, and the status
-//! that describes what was observed. No client here; unit-tested below.
+//! Pure builders: the pod a PodSet wants, and which pods to create or delete. No client
+//! here; unit-tested below. The status is described in [`crate::status`].
 
 use std::collections::BTreeMap;
 
@@ -8,14 +8,13 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use kube::ResourceExt;
-use shared::conditions::{new_condition, set_condition};
 use shared::pod_security::{
     restricted_container_security_context, restricted_pod_security_context,
 };
 
 use crate::{
     OPERATOR,
-    api::{DEFAULT_IMAGE, PodSet, PodSetStatus},
+    api::{DEFAULT_IMAGE, PodSet},
 };
 
 /// Label carrying the PodSet's name (as in the original operator).
@@ -98,15 +97,6 @@ pub fn is_active(pod: &Pod) -> bool {
         )
 }
 
-/// Whether the pod's Ready condition is True.
-#[must_use]
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn is_pending(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -156,105 +146,6 @@ pub fn plan(ps: &PodSet, active: &[&Pod]) -> Plan {
     }
 }
 
-/// The status describing `active` pods of `ps`, keeping `lastTransitionTime` of unchanged
-/// conditions. `create_error` is the message of a failed create (makes `Degraded` True);
-/// `writes_pending` says creates/deletes are in flight.
-#[must_use]
-pub fn status(
-    ps: &PodSet,
-    active: &[&Pod],
-    writes_pending: bool,
-    create_error: Option<&str>,
-    now: jiff::Timestamp,
-) -> PodSetStatus {
-    let generation = ps.metadata.generation;
-    let want = ps.spec.replicas.max(0);
-    let replicas = i32::try_from(active.len()).unwrap_or(i32::MAX);
-    let ready = i32::try_from(active.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
-    let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
-    pod_names.sort();
-
-    let old = ps.status.clone().unwrap_or_default();
-    let mut conditions = old.conditions.clone();
-    let counts = format!("{ready}/{want} pods ready");
-    let all_ready = replicas == want && ready == want && !writes_pending;
-    set_condition(
-        &mut conditions,
-        if all_ready {
-            new_condition(
-                "Ready",
-                true,
-                "AllPodsReady",
-                counts.clone(),
-                generation,
-                now,
-            )
-        } else {
-            new_condition(
-                "Ready",
-                false,
-                "PodsNotReady",
-                counts.clone(),
-                generation,
-                now,
-            )
-        },
-    );
-    let (progressing, reason, message) = if replicas < want {
-        (
-            true,
-            "ScalingUp",
-            format!("{replicas} of {want} pods exist"),
-        )
-    } else if replicas > want {
-        (
-            true,
-            "ScalingDown",
-            format!("{replicas} pods exist, {want} wanted"),
-        )
-    } else if ready < want || writes_pending {
-        (true, "WaitingForPods", counts)
-    } else {
-        (
-            false,
-            "ScalingComplete",
-            format!("{want} pods running and ready"),
-        )
-    };
-    set_condition(
-        &mut conditions,
-        new_condition("Progressing", progressing, reason, message, generation, now),
-    );
-    let degraded = match create_error {
-        Some(msg) => new_condition(
-            "Degraded",
-            true,
-            "FailedCreate",
-            format!("cannot create pods: {msg}"),
-            generation,
-            now,
-        ),
-        None => new_condition(
-            "Degraded",
-            false,
-            "AsExpected",
-            "pods can be created",
-            generation,
-            now,
-        ),
-    };
-    set_condition(&mut conditions, degraded);
-
-    PodSetStatus {
-        replicas,
-        ready_replicas: ready,
-        pod_names,
-        selector: selector(ps),
-        observed_generation: generation,
-        conditions,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -264,7 +155,6 @@ mod tests {
         api::core::v1::{PodCondition, PodStatus},
         apimachinery::pkg::apis::meta::v1::Time,
     };
-    use shared::conditions::{find, is_true};
 
     fn podset(replicas: i32) -> PodSet {
         let mut ps = PodSet::new(
@@ -376,50 +266,5 @@ mod tests {
         assert!(!is_active(&pod("y", "Succeeded", false, 1)));
         assert!(!is_active(&pod("y", "Failed", false, 1)));
         assert!(is_active(&pod("z", "Pending", false, 1)));
-    }
-
-    #[test]
-    fn status_and_conditions() {
-        let a = pod("a", "Running", true, 1);
-        let b = pod("b", "Pending", false, 2);
-        let mut ps = podset(2);
-        let s = status(&ps, &[&b, &a], false, None, t(100));
-        assert_eq!((s.replicas, s.ready_replicas), (2, 1));
-        assert_eq!(s.pod_names, ["a", "b"]);
-        assert_eq!(s.observed_generation, Some(3));
-        assert_eq!(
-            s.selector,
-            "app=demo,app.kubernetes.io/instance=demo,app.kubernetes.io/managed-by=podset-operator"
-        );
-        assert!(!is_true(&s.conditions, "Ready"));
-        assert!(is_true(&s.conditions, "Progressing"));
-        assert!(!is_true(&s.conditions, "Degraded"));
-
-        ps.status = Some(s);
-        let b_ready = pod("b", "Running", true, 2);
-        let s2 = status(&ps, &[&a, &b_ready], false, None, t(200));
-        assert!(is_true(&s2.conditions, "Ready"));
-        assert_eq!(
-            find(&s2.conditions, "Ready").unwrap().last_transition_time,
-            Time(t(200))
-        );
-        assert_eq!(
-            find(&s2.conditions, "Degraded")
-                .unwrap()
-                .last_transition_time,
-            Time(t(100))
-        );
-        assert!(!is_true(&s2.conditions, "Progressing"));
-
-        // Same observation again: identical status, so no write.
-        ps.status = Some(s2.clone());
-        assert_eq!(status(&ps, &[&a, &b_ready], false, None, t(300)), s2);
-
-        let s3 = status(&ps, &[&a], false, Some("forbidden: exceeded quota"), t(400));
-        assert!(is_true(&s3.conditions, "Degraded"));
-        assert_eq!(
-            find(&s3.conditions, "Degraded").unwrap().reason,
-            "FailedCreate"
-        );
     }
 }

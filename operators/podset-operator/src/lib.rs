@@ -3,12 +3,14 @@
 //! Data flow: a PodSet or one of its pods changes -> [`reconcile::reconcile`] reads the
 //! cached pods it controls -> [`desired::plan`] decides what to create or delete (pure)
 //! -> pods are created/deleted (tracked by [`expectations`] until the watch sees them)
-//! -> [`desired::status`] summarises the pods -> the status subresource is patched if it changed.
+//! -> [`status::status`] summarises the pods -> the status subresource is patched if it
+//! changed, with an event per announced transition ([`status::ANNOUNCED`]).
 
 pub mod api;
 pub mod desired;
 pub mod expectations;
 pub mod reconcile;
+pub mod status;
 pub mod strays;
 
 pub use api::{PodSet, PodSetSpec, PodSetStatus};

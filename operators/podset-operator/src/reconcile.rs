@@ -19,15 +19,17 @@ use kube::{
 };
 use shared::{
     Scope, Toolkit,
-    apply::{is_controlled_by, is_subset, owner_reference, patch_status},
-    conditions::find,
+    apply::{is_controlled_by, is_subset, namespace_terminating, owner_reference},
+    conditions,
     namespaces::ScopedStores,
+    status::publish_status,
 };
 
 use crate::{
     api::PodSet,
     desired,
     expectations::{Cached, Expectations},
+    status,
     strays::Strays,
 };
 
@@ -208,23 +210,14 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
                     Ok(created) => ctx.expectations.created(
                         &uid,
                         &created.name_any(),
-                        |n| {
-                            if ctx.pods.in_namespace(&ns, |p| p.name_any() == n).is_empty() {
-                                Cached::Absent
-                            } else {
-                                Cached::Present
-                            }
+                        |n| match ctx.pods.find(&ns, n) {
+                            None => Cached::Absent,
+                            Some(_) => Cached::Present,
                         },
                         Instant::now(),
                     ),
                     // A namespace being deleted refuses new pods; nothing to do.
-                    Err(kube::Error::Api(s))
-                        if s.code == 403
-                            && s.reason == "Forbidden"
-                            && s.message.contains("being terminated") =>
-                    {
-                        return Ok(Action::await_change());
-                    }
+                    Err(e) if namespace_terminating(&e) => return Ok(Action::await_change()),
                     Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
                         create_error = Some(s.message.clone());
                         break;
@@ -248,40 +241,21 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     }
 
     let writes_pending = !satisfied || acted;
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
-    let new_status = desired::status(&ps, &active, writes_pending, create_error.as_deref(), now);
-    let api: Api<PodSet> = Api::namespaced(client, &ns);
-    let old_conditions = ps
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if patch_status(&api, ps.as_ref(), ps.status.as_ref(), &new_status).await? {
-        // Announce Ready and Degraded transitions (not the initial Degraded=False).
-        let announced = |cs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-                         old: bool| {
-            cs.iter()
-                .filter(|c| {
-                    c.type_ == "Ready"
-                        || (c.type_ == "Degraded"
-                            && (old
-                                || c.status == "True"
-                                || find(&old_conditions, "Degraded").is_some()))
-                })
-                .cloned()
-                .collect::<Vec<_>>()
-        };
-        ctx.toolkit
-            .events
-            .condition_transitions(
-                ps.as_ref(),
-                &announced(&old_conditions, true),
-                &announced(&new_status.conditions, false),
-                &[],
-            )
-            .await;
-    }
+    let new_status = status::status(
+        &ps,
+        &active,
+        writes_pending,
+        create_error.as_deref(),
+        conditions::now(),
+    );
+    publish_status(
+        &Api::namespaced(client, &ns),
+        &ctx.toolkit.events,
+        ps.as_ref(),
+        &new_status,
+        &status::ANNOUNCED,
+    )
+    .await?;
     if let Some(msg) = create_error {
         return Err(Error::CreatePods(msg));
     }
@@ -415,5 +389,138 @@ mod tests {
         forget_if_deleted(&expectations, &store, &new);
         assert_eq!(expectations.len(), 1);
         assert!(!expectations.satisfied("u2", |_| Cached::Absent, now));
+    }
+
+    /// Reconcile against a scripted API server: the answers a real cluster rarely gives.
+    mod api {
+        use super::*;
+        use shared::testing::{Reply, Scripted, http, toolkit};
+
+        const STATUS: &str =
+            "PATCH /apis/batch.tutorial.kubebuilder.io/v1/namespaces/ns/podsets/ps/status";
+        const CREATE_POD: &str = "POST /api/v1/namespaces/ns/pods";
+        const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+        /// A context whose client is answered by `api` (through tower-test's mock service).
+        fn context(api: &Scripted) -> Arc<Context> {
+            let (service, mut handle) = tower_test::mock::pair::<
+                http::Request<kube::client::Body>,
+                http::Response<kube::client::Body>,
+            >();
+            let api = api.clone();
+            tokio::spawn(async move {
+                while let Some((request, send)) = handle.next_request().await {
+                    send.send_response(api.answer(request).await);
+                }
+            });
+            let client = kube::Client::new(service, "default");
+            Arc::new(Context::new(toolkit(client, crate::OPERATOR), None))
+        }
+
+        /// Reconciles `ps` against `replies`; returns the result and the requests made.
+        async fn run(ps: PodSet, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
+            let api = Scripted::new(replies);
+            let ctx = context(&api);
+            let result = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                reconcile(Arc::new(ps), ctx),
+            )
+            .await
+            .unwrap();
+            (result, api)
+        }
+
+        fn object(ps: &PodSet) -> Reply {
+            Reply::Object(serde_json::to_value(ps).unwrap())
+        }
+
+        fn podset(replicas: i32) -> PodSet {
+            let mut ps = super::podset("uid-1");
+            ps.spec.replicas = replicas;
+            ps
+        }
+
+        /// The (type, reason) of the events created.
+        fn events(api: &Scripted) -> Vec<(String, String)> {
+            api.seen()
+                .iter()
+                .filter(|s| s.line() == EVENT)
+                .map(|s| {
+                    (
+                        s.body["type"].as_str().unwrap().to_owned(),
+                        s.body["reason"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        }
+
+        #[tokio::test]
+        async fn status_write_404_is_no_error() {
+            let (result, api) = run(podset(0), vec![Reply::error(404, "not found")]).await;
+            assert_eq!(result.unwrap(), Action::await_change());
+            assert_eq!(api.lines(), [STATUS], "no event for a PodSet that is gone");
+        }
+
+        #[tokio::test]
+        async fn status_write_409_is_retried() {
+            let (result, api) = run(podset(0), vec![Reply::error(409, "conflict")]).await;
+            assert!(
+                matches!(
+                    result,
+                    Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == 409
+                ),
+                "{result:?}"
+            );
+            assert_eq!(api.lines(), [STATUS]);
+        }
+
+        #[tokio::test]
+        async fn refused_pod_creates_are_degraded() {
+            for (code, message) in [
+                (403, "pods \"ps-pod-x\" is forbidden: exceeded quota"),
+                (
+                    422,
+                    "Pod \"ps-pod-x\" is invalid: spec.containers[0].image: Required value",
+                ),
+            ] {
+                let ps = podset(2);
+                let replies = vec![
+                    Reply::error(code, message),
+                    object(&ps),
+                    Reply::Echo,
+                    Reply::Echo,
+                ];
+                let (result, api) = run(ps, replies).await;
+                assert!(
+                    matches!(result, Err(Error::CreatePods(ref m)) if m == message),
+                    "{result:?}"
+                );
+                // One create (the second is not tried), the status, two events.
+                assert_eq!(api.lines(), [CREATE_POD, STATUS, EVENT, EVENT]);
+                let status = &api.seen()[1].body["status"];
+                let degraded = status["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == "Degraded")
+                    .unwrap();
+                assert_eq!(degraded["reason"], "FailedCreate");
+                assert_eq!(
+                    events(&api),
+                    [
+                        ("Normal".to_owned(), "PodsNotReady".to_owned()),
+                        ("Warning".to_owned(), "FailedCreate".to_owned())
+                    ]
+                );
+            }
+        }
+
+        #[tokio::test]
+        async fn a_namespace_being_deleted_stops_quietly() {
+            let message = "pods \"ps-pod-x\" is forbidden: unable to create new content in namespace ns because it is being terminated";
+            let (result, api) = run(podset(1), vec![Reply::error(403, message)]).await;
+            assert_eq!(result.unwrap(), Action::await_change());
+            assert_eq!(api.lines(), [CREATE_POD], "no status write, no event");
+        }
     }
 }

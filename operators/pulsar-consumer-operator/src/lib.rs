@@ -4,8 +4,8 @@
 //! Data flow: a PulsarConsumer or its Deployment changes -> [`reconcile::reconcile`] ->
 //! [`desired::desired_deployment`] builds the Deployment from the spec (pure) -> it is
 //! server-side applied (no write when the cached Deployment already matches) ->
-//! [`desired::status`] summarises the Deployment -> the status subresource is patched if it
-//! changed, with an event per `Ready` transition.
+//! [`status::status`] summarises the Deployment -> the status subresource is patched if it
+//! changed, with an event per announced transition ([`status::ANNOUNCED`]).
 //!
 //! Autoscaling (`spec.autoscaling`): a [`poll`] task per object reads the subscription's
 //! backlog from the Pulsar [`admin`] API every `pollIntervalSeconds` and triggers a
@@ -20,6 +20,10 @@ pub mod autoscale;
 pub mod desired;
 pub mod poll;
 pub mod reconcile;
+pub mod status;
+
+#[cfg(test)]
+mod fixtures;
 
 pub use api::{PulsarConsumer, PulsarConsumerSpec, PulsarConsumerStatus};
 

@@ -243,15 +243,11 @@ fn still_wanted(inner: &Inner, key: &ObjectRef<PulsarConsumer>, uid: &str) -> bo
     let Some(ns) = key.namespace.as_deref() else {
         return false;
     };
-    !inner
-        .consumers
-        .in_namespace(ns, |pc| {
-            pc.name_any() == key.name
-                && pc.uid().as_deref() == Some(uid)
-                && pc.spec.autoscaling.is_some()
-                && pc.metadata.deletion_timestamp.is_none()
-        })
-        .is_empty()
+    inner.consumers.find(ns, &key.name).is_some_and(|pc| {
+        pc.uid().as_deref() == Some(uid)
+            && pc.spec.autoscaling.is_some()
+            && pc.metadata.deletion_timestamp.is_none()
+    })
 }
 
 /// The task: read, keep, trigger, wait; until the object is gone or no one listens.

@@ -8,26 +8,28 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Condition};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api, ResourceExt,
     runtime::{Controller, controller::Action, events::EventType, watcher},
 };
 use shared::{
     Scope, Toolkit,
-    apply::{apply, owner_reference, patch_status},
+    apply::{apply, namespace_terminating, owner_reference},
     backoff::ErrorBackoff,
-    conditions::find,
+    conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    status::publish_status,
 };
 
 use crate::{
     OPERATOR, admin,
     api::{Autoscaling, PulsarConsumer},
     autoscale::{self, History, Policy, Reading, Why},
-    desired::{self, Problem, REASON_NAME_CONFLICT, REASON_REJECTED},
+    desired,
     poll::{self, Pollers},
+    status::{self, Problem, REASON_INVALID_AUTOSCALING, REASON_NAME_CONFLICT, Scaling},
 };
 
 /// The operator's environment variable naming the consumer image
@@ -133,15 +135,10 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let client = ctx.toolkit.client.clone();
     let name = desired::deployment_name(&pc);
     let owner = owner_reference(pc.as_ref())?;
-    let cached = ctx
-        .deployments
-        .in_namespace(&ns, |d| d.name_any() == name)
-        .into_iter()
-        .next();
+    let cached = ctx.deployments.find(&ns, &name);
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let manager = ctx.toolkit.operator.name;
-    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let now = conditions::now();
     let mut scaling = None;
     let mut replicas = pc.spec.replicas;
     let (deployment, problem) = match claim(&api, &name, cached, &owner).await? {
@@ -174,37 +171,21 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             write(&api, manager, &want, Some(existing)).await?
         }
     };
-    let new_status = desired::with_scaling(
-        desired::status(&pc, deployment.as_ref(), problem.as_ref(), replicas, now),
+    let new_status = status::with_scaling(
+        status::status(&pc, deployment.as_ref(), problem.as_ref(), replicas, now),
         pc.status.as_ref(),
         scaling.as_ref().map(|(s, _)| s),
         pc.metadata.generation,
         now,
     );
-    let consumers: Api<PulsarConsumer> = Api::namespaced(client, &ns);
-    let old_conditions = pc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if patch_status(&consumers, pc.as_ref(), pc.status.as_ref(), &new_status).await? {
-        announce_ready(&ctx, &pc, &old_conditions, &new_status.conditions).await;
-        let scaling_active = |cs: &[Condition]| {
-            cs.iter()
-                .filter(|c| c.type_ == desired::SCALING_ACTIVE)
-                .cloned()
-                .collect::<Vec<_>>()
-        };
-        ctx.toolkit
-            .events
-            .condition_transitions(
-                pc.as_ref(),
-                &scaling_active(&old_conditions),
-                &scaling_active(&new_status.conditions),
-                &SCALING_WARNINGS,
-            )
-            .await;
-    }
+    publish_status(
+        &Api::namespaced(client, &ns),
+        &ctx.toolkit.events,
+        pc.as_ref(),
+        &new_status,
+        &status::ANNOUNCED,
+    )
+    .await?;
     if let Some((s, from)) = &scaling
         && s.decision.replicas != *from
         && problem.is_none()
@@ -233,19 +214,6 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         }
     }
 }
-
-/// `ScalingActive=False` reasons: announced as Warning events.
-const SCALING_WARNINGS: [&str; 5] = [
-    "AdminAPIUnavailable",
-    "TopicNotFound",
-    "SubscriptionNotFound",
-    "InvalidAdminResponse",
-    REASON_INVALID_AUTOSCALING,
-];
-
-/// `ScalingActive=False` reason: the topic or admin URL cannot be used (the schema rejects
-/// such specs; kept for objects stored before it did).
-const REASON_INVALID_AUTOSCALING: &str = "InvalidAutoscaling";
 
 /// Where and how often to read the backlog of `pc`.
 fn poll_settings(pc: &PulsarConsumer, a: &Autoscaling) -> Result<poll::Settings, String> {
@@ -278,7 +246,7 @@ fn autoscale(
     ctx: &Context,
     deployment: Option<&Deployment>,
     now: jiff::Timestamp,
-) -> Option<(desired::Scaling, i32)> {
+) -> Option<(Scaling, i32)> {
     let Some(spec) = pc.spec.autoscaling.as_ref() else {
         ctx.forget(pc);
         return None;
@@ -308,7 +276,7 @@ fn autoscale(
         .with_history(pc, decide)
         .unwrap_or_else(|| decide(&mut History::default()));
     Some((
-        desired::Scaling {
+        Scaling {
             reading: observation.map(|o| o.result.map_err(|e| (e.reason(), e.to_string()))),
             decision,
             policy,
@@ -325,7 +293,7 @@ fn no_reading(
     deployment: Option<&Deployment>,
     now: jiff::Timestamp,
     message: String,
-) -> (desired::Scaling, i32) {
+) -> (Scaling, i32) {
     let decide = |history: &mut History| {
         let current = current_replicas(pc, history, policy, deployment);
         let decision = autoscale::decide(policy, history, current, None, now.as_second());
@@ -337,7 +305,7 @@ fn no_reading(
         .with_history(pc, decide)
         .unwrap_or_else(|| decide(&mut History::default()));
     (
-        desired::Scaling {
+        Scaling {
             reading: Some(Err((REASON_INVALID_AUTOSCALING, message))),
             decision,
             policy: policy.clone(),
@@ -366,7 +334,7 @@ fn current_replicas(
 }
 
 /// What a scale event says.
-fn scale_note(from: i32, s: &desired::Scaling) -> String {
+fn scale_note(from: i32, s: &Scaling) -> String {
     let to = s.decision.replicas;
     let p = &s.policy;
     let backlog = match &s.reading {
@@ -402,11 +370,7 @@ async fn write(
         }
         Ok(None) => Ok((cached, None)),
         // A namespace being deleted refuses new objects; nothing to do.
-        Err(shared::Error::Kube(kube::Error::Api(s)))
-            if s.code == 403 && s.message.contains("being terminated") =>
-        {
-            Ok((cached, None))
-        }
+        Err(shared::Error::Kube(e)) if namespace_terminating(&e) => Ok((cached, None)),
         Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
             tracing::warn!(deployment = %name, reason = %s.message, "the Deployment was refused");
             Ok((cached, Some(Problem::rejected(&s.message))))
@@ -415,29 +379,129 @@ async fn write(
     }
 }
 
-/// One event when `Ready` changes status, and one Warning when the Deployment is first
-/// refused or its name found taken (even if `Ready` was already `False`, e.g. during a
-/// rollout).
-async fn announce_ready(ctx: &Context, pc: &PulsarConsumer, old: &[Condition], new: &[Condition]) {
-    let Some(ready) = find(new, "Ready") else {
-        return;
-    };
-    let before = find(old, "Ready");
-    let flipped = before.is_none_or(|b| b.status != ready.status);
-    // A problem for the user to fix: announced as a Warning when it starts.
-    let rejected = [REASON_REJECTED, REASON_NAME_CONFLICT].contains(&ready.reason.as_str());
-    let newly_rejected = rejected && before.is_none_or(|b| b.reason != ready.reason);
-    if !(flipped || newly_rejected) {
-        return;
+#[cfg(test)]
+mod tests {
+    //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::{consumer, mocked_client};
+    use shared::testing::{Reply, Scripted, toolkit};
+
+    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
+    const APPLY_DEPLOYMENT: &str =
+        "PATCH /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
+    const STATUS: &str = "PATCH /apis/pulsar.pulsarconsumer.krvarma.com/v1/namespaces/ns/pulsarconsumers/orders/status";
+    const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+    /// Reconciles `pc` against `replies`; returns the result and the scripted server.
+    async fn run(pc: PulsarConsumer, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
+        let api = Scripted::new(replies);
+        let ctx = Arc::new(Context::new(toolkit(mocked_client(&api), OPERATOR), None));
+        let result = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            reconcile(Arc::new(pc), ctx),
+        )
+        .await
+        .unwrap();
+        (result, api)
     }
-    let type_ = if rejected {
-        EventType::Warning
-    } else {
-        EventType::Normal
-    };
-    let note = format!("Ready is {}: {}", ready.status, ready.message);
-    ctx.toolkit
-        .events
-        .publish(pc, type_, &ready.reason, &note, "ReadyChanged")
-        .await;
+
+    /// The (type, reason) of the events created.
+    fn events(api: &Scripted) -> Vec<(String, String)> {
+        api.seen()
+            .iter()
+            .filter(|s| s.line() == EVENT)
+            .map(|s| {
+                (
+                    s.body["type"].as_str().unwrap().to_owned(),
+                    s.body["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_refused_deployment_is_reported_and_retried() {
+        for (code, message) in [
+            (
+                403,
+                "deployments.apps \"orders-deployment\" is forbidden: exceeded quota",
+            ),
+            (422, "Deployment.apps \"orders-deployment\" is invalid"),
+        ] {
+            let pc = consumer(1);
+            let replies = vec![
+                Reply::error(404, "not found"),
+                Reply::error(code, message),
+                Reply::Object(serde_json::to_value(&pc).unwrap()),
+                Reply::Echo,
+            ];
+            let (result, api) = run(pc, replies).await;
+            assert!(
+                matches!(result, Err(Error::Rejected(ref m)) if m.contains(message)),
+                "{result:?}"
+            );
+            assert_eq!(
+                api.lines(),
+                [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
+            );
+            assert_eq!(
+                events(&api),
+                [("Warning".to_owned(), "DeploymentRejected".to_owned())]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_namespace_being_deleted_is_no_error() {
+        let pc = consumer(1);
+        let message = "deployments.apps \"orders-deployment\" is forbidden: unable to create new content in namespace ns because it is being terminated";
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::error(403, message),
+            Reply::Object(serde_json::to_value(&pc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run(pc, replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        // The status still says what is (no Deployment), with a Normal event.
+        assert_eq!(
+            api.lines(),
+            [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
+        );
+        assert_eq!(
+            events(&api),
+            [("Normal".to_owned(), "DeploymentMissing".to_owned())]
+        );
+    }
+
+    #[tokio::test]
+    async fn status_write_404_is_no_error() {
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(404, "not found"),
+        ];
+        let (result, api) = run(consumer(1), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
+    }
+
+    #[tokio::test]
+    async fn status_write_409_is_retried() {
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(409, "the object has been modified"),
+        ];
+        let (result, api) = run(consumer(1), replies).await;
+        assert!(
+            matches!(
+                result,
+                Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == 409
+            ),
+            "{result:?}"
+        );
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
+    }
 }

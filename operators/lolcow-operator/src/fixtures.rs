@@ -1,0 +1,57 @@
+//! Objects the unit tests share.
+
+#![allow(clippy::unwrap_used)]
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+
+use crate::api::{Lolcow, LolcowSpec};
+
+/// A Lolcow `moo` in namespace `ns`, generation 2.
+pub(crate) fn lolcow(port: i32, greeting: Option<&str>) -> Lolcow {
+    let mut lc = Lolcow::new(
+        "moo",
+        LolcowSpec {
+            port,
+            greeting: greeting.map(str::to_owned),
+        },
+    );
+    lc.metadata.namespace = Some("ns".into());
+    lc.metadata.uid = Some("uid-1".into());
+    lc.metadata.generation = Some(2);
+    lc
+}
+
+/// The time `s` seconds after the epoch.
+pub(crate) fn t(s: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(s).unwrap()
+}
+
+/// `dep` as the Deployment controller reports it once rolled out.
+pub(crate) fn rolled_out(mut dep: Deployment) -> Deployment {
+    dep.metadata.generation = Some(4);
+    dep.status = Some(DeploymentStatus {
+        observed_generation: Some(4),
+        replicas: Some(1),
+        updated_replicas: Some(1),
+        ready_replicas: Some(1),
+        available_replicas: Some(1),
+        ..DeploymentStatus::default()
+    });
+    dep
+}
+
+/// A client answered by `api` (through tower-test's mock service).
+pub(crate) fn mocked_client(api: &shared::testing::Scripted) -> kube::Client {
+    use shared::testing::http;
+    let (service, mut handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let api = api.clone();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            send.send_response(api.answer(request).await);
+        }
+    });
+    kube::Client::new(service, "default")
+}

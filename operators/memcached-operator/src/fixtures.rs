@@ -1,0 +1,108 @@
+//! Objects the unit tests share.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, DeploymentStatus},
+        core::v1::{Pod, PodCondition, PodStatus},
+    },
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
+};
+
+use crate::{
+    api::{Memcached, MemcachedSpec},
+    desired::desired_deployment,
+};
+
+/// A Memcached `cache` in namespace `ns`, generation 2.
+pub(crate) fn memcached(size: i32, port: Option<i32>) -> Memcached {
+    let port = port.unwrap_or(crate::api::DEFAULT_PORT);
+    let mut mc = Memcached::new(
+        "cache",
+        MemcachedSpec {
+            size,
+            container_port: port,
+        },
+    );
+    mc.metadata.namespace = Some("ns".into());
+    mc.metadata.uid = Some("uid-1".into());
+    mc.metadata.generation = Some(2);
+    mc
+}
+
+/// The controller owner reference to the Memcached of [`memcached`].
+pub(crate) fn owner() -> OwnerReference {
+    OwnerReference {
+        api_version: "cache.example.com/v1alpha1".into(),
+        kind: "Memcached".into(),
+        name: "cache".into(),
+        uid: "uid-1".into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// A running memcached pod of the Deployment `cache`.
+pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([(
+                "pod-template-hash".to_owned(),
+                "abc".to_owned(),
+            )])),
+            owner_references: Some(vec![OwnerReference {
+                kind: "ReplicaSet".into(),
+                name: "cache-abc".into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]),
+            deletion_timestamp: terminating.then_some(Time(jiff::Timestamp::UNIX_EPOCH)),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+/// The Deployment of `mc` as the Deployment controller reports it.
+pub(crate) fn deployment(mc: &Memcached, replicas: i32, available: i32) -> Deployment {
+    let mut d = desired_deployment(mc, owner(), "img");
+    d.metadata.generation = Some(4);
+    d.status = Some(DeploymentStatus {
+        observed_generation: Some(4),
+        replicas: Some(replicas),
+        updated_replicas: Some(replicas),
+        ready_replicas: Some(available),
+        available_replicas: Some(available),
+        ..DeploymentStatus::default()
+    });
+    d
+}
+
+/// A client answered by `api` (through tower-test's mock service).
+pub(crate) fn mocked_client(api: &shared::testing::Scripted) -> kube::Client {
+    use shared::testing::http;
+    let (service, mut handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let api = api.clone();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            send.send_response(api.answer(request).await);
+        }
+    });
+    kube::Client::new(service, "default")
+}

@@ -1,0 +1,362 @@
+//! The status that describes what a reconcile observed of a Memcached's Deployment and
+//! pods, and which of its conditions are announced with events. Pure; unit-tested below.
+
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Pod},
+    apimachinery::pkg::apis::meta::v1::Condition,
+};
+use kube::ResourceExt;
+use shared::{
+    conditions::{Conditions, HasConditions},
+    events::Announce,
+};
+
+use crate::{
+    api::{Memcached, MemcachedStatus},
+    desired::selector,
+};
+
+/// `Degraded=True` reason: the Memcached is being deleted (a Normal event: the user asked
+/// for it).
+pub const REASON_FINALIZING: &str = "Finalizing";
+/// `Degraded=True` reason: the API server refused the Deployment or Service.
+pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
+/// `Degraded=True` reason: a child's name is held by someone else's object.
+pub const REASON_NAME_CONFLICT: &str = shared::ownership::REASON_NAME_CONFLICT;
+/// `Degraded=True` reason: the Deployment cannot create pods.
+pub const REASON_REPLICA_FAILURE: &str = "ReplicaFailure";
+
+/// The conditions announced with events: `Available` whenever it changes, `Degraded` when
+/// it changes (a Warning for a problem, a Normal event when it turns to `Finalizing`) but
+/// not its initial `False`.
+pub const ANNOUNCED: [Announce; 2] = [Announce::normal_true("Available"), DEGRADED];
+
+/// What is announced while the finalizer runs: `Degraded` turning to `Finalizing`, one
+/// Normal event (a deletion the user asked for is not a problem).
+pub const ANNOUNCED_FINALIZING: [Announce; 1] = [DEGRADED];
+
+const DEGRADED: Announce = Announce::abnormal_true("Degraded")
+    .warnings(&[
+        REASON_APPLY_FAILED,
+        REASON_NAME_CONFLICT,
+        REASON_REPLICA_FAILURE,
+    ])
+    .on_entry(&[REASON_FINALIZING]);
+
+impl HasConditions for MemcachedStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}
+
+/// Why a Memcached is `Degraded`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// The Memcached is being deleted; the finalizer runs.
+    Finalizing,
+    /// The API server refused the Deployment or Service (admission, quota, invalid).
+    ApplyFailed(String),
+    /// A Deployment or Service of the same name exists and belongs to someone else.
+    NameConflict(String),
+}
+
+/// Whether a pod counts: not terminating, and not finished (phase Succeeded or Failed).
+#[must_use]
+pub fn is_current(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && !matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+/// Whether the pod's Ready condition is True.
+#[must_use]
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The message of the Deployment's `ReplicaFailure=True` condition (pods cannot be created:
+/// quota, admission), if any.
+#[must_use]
+pub fn replica_failure(deployment: &Deployment) -> Option<String> {
+    deployment
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+        .map(|c| {
+            c.message
+                .clone()
+                .unwrap_or_else(|| c.reason.clone().unwrap_or_default())
+        })
+}
+
+/// The status describing `deployment` and the current `pods` of `mc`, keeping
+/// `lastTransitionTime` of unchanged conditions.
+///
+/// - `Available`: the Deployment has observed its latest spec and at least `size` pods
+///   are available and ready (reason `AllPodsAvailable`; else `Reconciling`).
+/// - `Progressing`: the pod count differs from `size` (reason `Resizing`) or pods are
+///   still being updated or started (`Reconciling`); else `False` (`Reconciled`).
+/// - `Degraded`: `problem` (`Finalizing`, `ApplyFailed`, `NameConflict`), or the
+///   Deployment reports that it cannot create pods (`ReplicaFailure`); else `AsExpected`.
+#[must_use]
+pub fn status(
+    mc: &Memcached,
+    deployment: Option<&Deployment>,
+    pods: &[&Pod],
+    problem: Option<&Problem>,
+    now: jiff::Timestamp,
+) -> MemcachedStatus {
+    let generation = mc.metadata.generation;
+    let size = mc.spec.size.max(0);
+    let name = mc.name_any();
+    let current: Vec<&Pod> = pods.iter().copied().filter(|p| is_current(p)).collect();
+    let replicas = i32::try_from(current.len()).unwrap_or(i32::MAX);
+    let ready = i32::try_from(current.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
+    let mut nodes: Vec<String> = current.iter().map(|p| p.name_any()).collect();
+    nodes.sort();
+
+    let dep_status = deployment
+        .and_then(|d| d.status.clone())
+        .unwrap_or_default();
+    let dep_observed = deployment.is_some_and(|d| {
+        d.metadata.generation.is_some()
+            && dep_status.observed_generation >= d.metadata.generation
+            && d.spec.as_ref().and_then(|s| s.replicas) == Some(size)
+    });
+    let available = dep_status.available_replicas.unwrap_or(0);
+    let updated = dep_status.updated_replicas.unwrap_or(0);
+    let dep_replicas = dep_status.replicas.unwrap_or(0);
+
+    let counts = format!("{ready}/{size} pods ready");
+    let is_available = dep_observed && available >= size && ready >= size;
+    let (available_reason, available_message) = match deployment {
+        _ if is_available => (
+            "AllPodsAvailable",
+            format!("Deployment {name} has {size} available pods"),
+        ),
+        None => ("Reconciling", format!("Deployment {name} not created yet")),
+        Some(_) if !dep_observed => (
+            "Reconciling",
+            format!("Deployment {name} not yet updated by the Deployment controller"),
+        ),
+        Some(_) => (
+            "Reconciling",
+            format!("{available}/{size} pods available, {ready} ready"),
+        ),
+    };
+    let (progressing, reason, message) = if replicas != size || dep_replicas != size {
+        (
+            true,
+            "Resizing",
+            format!("{replicas} pods exist, {size} wanted"),
+        )
+    } else if !dep_observed || updated != size || available != size || ready != size {
+        (true, "Reconciling", counts)
+    } else {
+        (
+            false,
+            "Reconciled",
+            format!("{size} pods up to date and available"),
+        )
+    };
+    let (degraded, degraded_reason, degraded_message) =
+        match (problem, deployment.and_then(replica_failure)) {
+            (Some(Problem::Finalizing), _) => (
+                true,
+                REASON_FINALIZING,
+                format!("Memcached {name} is being deleted; its Deployment and Service go with it"),
+            ),
+            (Some(Problem::ApplyFailed(msg)), _) => (
+                true,
+                REASON_APPLY_FAILED,
+                format!("cannot write the Deployment or Service: {msg}"),
+            ),
+            (Some(Problem::NameConflict(msg)), _) => (true, REASON_NAME_CONFLICT, msg.clone()),
+            (None, Some(msg)) => (
+                true,
+                REASON_REPLICA_FAILURE,
+                format!("cannot create pods: {msg}"),
+            ),
+            (None, None) => (
+                false,
+                "AsExpected",
+                "the Deployment and Service are in place".to_owned(),
+            ),
+        };
+    let old = mc.status.as_ref().map(HasConditions::conditions);
+    let conditions = Conditions::new(old.unwrap_or_default(), generation, now)
+        .set(
+            "Available",
+            is_available,
+            available_reason,
+            available_message.clone(),
+        )
+        // The contract's `Ready`, for tools and people that look for it: the same as
+        // `Available` (the tutorial's own condition). Events announce `Available` only.
+        .set("Ready", is_available, available_reason, available_message)
+        .set("Progressing", progressing, reason, message)
+        .set("Degraded", degraded, degraded_reason, degraded_message)
+        .into_vec();
+
+    MemcachedStatus {
+        nodes,
+        replicas,
+        ready_replicas: ready,
+        selector: selector(mc),
+        observed_generation: generation,
+        conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::{deployment, memcached, pod};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use shared::{
+        conditions::{find, is_true},
+        events::announcements,
+    };
+
+    #[test]
+    fn status_available_when_all_pods_ready() {
+        let mc = memcached(2, None);
+        let d = deployment(&mc, 2, 2);
+        let (b, a, gone) = (
+            pod("cache-abc-b", true, false),
+            pod("cache-abc-a", true, false),
+            pod("cache-abc-c", true, true),
+        );
+        let now = jiff::Timestamp::from_second(100).unwrap();
+        let s = status(&mc, Some(&d), &[&b, &a, &gone], None, now);
+        assert_eq!(s.nodes, ["cache-abc-a", "cache-abc-b"]);
+        assert_eq!((s.replicas, s.ready_replicas), (2, 2));
+        assert_eq!(s.observed_generation, Some(2));
+        assert!(is_true(&s.conditions, "Available"));
+        assert!(!is_true(&s.conditions, "Progressing"));
+        assert!(!is_true(&s.conditions, "Degraded"));
+        assert_eq!(s.selector, selector(&mc));
+    }
+
+    #[test]
+    fn status_resizing_and_transition_times() {
+        let mut mc = memcached(3, None);
+        let d = deployment(&mc, 2, 2);
+        let (a, b) = (
+            pod("cache-abc-a", true, false),
+            pod("cache-abc-b", false, false),
+        );
+        let t1 = jiff::Timestamp::from_second(100).unwrap();
+        let s = status(&mc, Some(&d), &[&a, &b], None, t1);
+        assert!(!is_true(&s.conditions, "Available"));
+        let p = find(&s.conditions, "Progressing").unwrap();
+        assert_eq!((p.status.as_str(), p.reason.as_str()), ("True", "Resizing"));
+        mc.status = Some(s);
+        let t2 = jiff::Timestamp::from_second(200).unwrap();
+        let s2 = status(&mc, Some(&d), &[&a, &b], None, t2);
+        assert_eq!(
+            find(&s2.conditions, "Available")
+                .unwrap()
+                .last_transition_time,
+            Time(t1)
+        );
+        assert_eq!(mc.status.as_ref(), Some(&s2), "same input, same status");
+    }
+
+    #[test]
+    fn status_degraded_reasons() {
+        let mc = memcached(1, None);
+        let now = jiff::Timestamp::from_second(100).unwrap();
+        let s = status(&mc, None, &[], Some(&Problem::Finalizing), now);
+        let d = find(&s.conditions, "Degraded").unwrap();
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "Finalizing")
+        );
+        let s = status(
+            &mc,
+            None,
+            &[],
+            Some(&Problem::ApplyFailed("forbidden".into())),
+            now,
+        );
+        let d = find(&s.conditions, "Degraded").unwrap();
+        assert_eq!(d.reason, "ApplyFailed");
+        assert!(d.message.contains("forbidden"));
+        let a = find(&s.conditions, "Available").unwrap();
+        assert_eq!(a.status, "False");
+    }
+
+    #[test]
+    fn size_zero_is_available() {
+        let mc = memcached(0, None);
+        let d = deployment(&mc, 0, 0);
+        let now = jiff::Timestamp::from_second(100).unwrap();
+        let s = status(&mc, Some(&d), &[], None, now);
+        assert!(is_true(&s.conditions, "Available"));
+        assert!(s.nodes.is_empty());
+    }
+
+    #[test]
+    fn announced_transitions() {
+        let mut mc = memcached(1, None);
+        let d = deployment(&mc, 1, 1);
+        let a = pod("cache-abc-a", true, false);
+        let now = jiff::Timestamp::from_second(100).unwrap();
+        let summary = |old: &MemcachedStatus, new: &MemcachedStatus, rules: &[Announce]| {
+            announcements(&old.conditions, &new.conditions, rules)
+                .into_iter()
+                .map(|e| (e.action, e.reason, e.warning))
+                .collect::<Vec<_>>()
+        };
+        let none = MemcachedStatus::default();
+
+        // The first status: Available only (not Ready, not the initial Degraded=False).
+        let up = status(&mc, Some(&d), &[&a], None, now);
+        assert_eq!(
+            summary(&none, &up, &ANNOUNCED),
+            [("AvailableChanged".into(), "AllPodsAvailable".into(), false)]
+        );
+
+        // Refused: a Warning, which a second problem while Degraded does not repeat.
+        mc.status = Some(up.clone());
+        let refused = status(
+            &mc,
+            Some(&d),
+            &[&a],
+            Some(&Problem::ApplyFailed("denied".into())),
+            now,
+        );
+        assert_eq!(
+            summary(&up, &refused, &ANNOUNCED),
+            [("DegradedChanged".into(), "ApplyFailed".into(), true)]
+        );
+        let conflict = status(
+            &mc,
+            Some(&d),
+            &[&a],
+            Some(&Problem::NameConflict("taken".into())),
+            now,
+        );
+        assert!(summary(&refused, &conflict, &ANNOUNCED).is_empty());
+
+        // Deleted: one Normal Finalizing event, whether Degraded was True or False.
+        for before in [&up, &refused] {
+            let finalizing = status(&mc, Some(&d), &[&a], Some(&Problem::Finalizing), now);
+            assert_eq!(
+                summary(before, &finalizing, &ANNOUNCED_FINALIZING),
+                [("DegradedChanged".into(), "Finalizing".into(), false)]
+            );
+            assert!(summary(&finalizing, &finalizing, &ANNOUNCED_FINALIZING).is_empty());
+        }
+    }
+}

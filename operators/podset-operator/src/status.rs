@@ -1,0 +1,241 @@
+//! The status that describes what a reconcile observed of a PodSet's pods, and which of
+//! its conditions are announced with events. Pure; unit-tested below.
+
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Condition};
+use kube::ResourceExt;
+use shared::{conditions::Conditions, conditions::HasConditions, events::Announce};
+
+use crate::{
+    api::{PodSet, PodSetStatus},
+    desired::selector,
+};
+
+/// `Degraded=True` reason: pods cannot be created.
+pub const REASON_FAILED_CREATE: &str = "FailedCreate";
+
+/// The conditions announced with events: `Ready` whenever it changes, `Degraded` when it
+/// changes (a Warning when pods cannot be created) but not its initial `False`.
+pub const ANNOUNCED: [Announce; 2] = [
+    Announce::normal_true("Ready"),
+    Announce::abnormal_true("Degraded").warnings(&[REASON_FAILED_CREATE]),
+];
+
+impl HasConditions for PodSetStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}
+
+/// Whether the pod's Ready condition is True.
+#[must_use]
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The status describing `active` pods of `ps`, keeping `lastTransitionTime` of unchanged
+/// conditions. `create_error` is the message of a failed create (makes `Degraded` True);
+/// `writes_pending` says creates/deletes are in flight.
+#[must_use]
+pub fn status(
+    ps: &PodSet,
+    active: &[&Pod],
+    writes_pending: bool,
+    create_error: Option<&str>,
+    now: jiff::Timestamp,
+) -> PodSetStatus {
+    let generation = ps.metadata.generation;
+    let want = ps.spec.replicas.max(0);
+    let replicas = i32::try_from(active.len()).unwrap_or(i32::MAX);
+    let ready = i32::try_from(active.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
+    let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
+    pod_names.sort();
+
+    let old = ps.status.as_ref().map(HasConditions::conditions);
+    let counts = format!("{ready}/{want} pods ready");
+    let all_ready = replicas == want && ready == want && !writes_pending;
+    let (progressing, reason, message) = if replicas < want {
+        (
+            true,
+            "ScalingUp",
+            format!("{replicas} of {want} pods exist"),
+        )
+    } else if replicas > want {
+        (
+            true,
+            "ScalingDown",
+            format!("{replicas} pods exist, {want} wanted"),
+        )
+    } else if ready < want || writes_pending {
+        (true, "WaitingForPods", counts.clone())
+    } else {
+        (
+            false,
+            "ScalingComplete",
+            format!("{want} pods running and ready"),
+        )
+    };
+    let ready_reason = if all_ready {
+        "AllPodsReady"
+    } else {
+        "PodsNotReady"
+    };
+    let conditions = Conditions::new(old.unwrap_or_default(), generation, now)
+        .set("Ready", all_ready, ready_reason, counts)
+        .set("Progressing", progressing, reason, message);
+    let conditions = match create_error {
+        Some(msg) => conditions.set(
+            "Degraded",
+            true,
+            REASON_FAILED_CREATE,
+            format!("cannot create pods: {msg}"),
+        ),
+        None => conditions.set("Degraded", false, "AsExpected", "pods can be created"),
+    };
+
+    PodSetStatus {
+        replicas,
+        ready_replicas: ready,
+        pod_names,
+        selector: selector(ps),
+        observed_generation: generation,
+        conditions: conditions.into_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::api::PodSetSpec;
+    use k8s_openapi::{
+        api::core::v1::{PodCondition, PodStatus},
+        apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    };
+    use shared::{
+        conditions::{find, is_true},
+        events::announcements,
+    };
+
+    fn podset(replicas: i32) -> PodSet {
+        let mut ps = PodSet::new(
+            "demo",
+            PodSetSpec {
+                replicas,
+                image: None,
+            },
+        );
+        ps.metadata.namespace = Some("ns".into());
+        ps.metadata.uid = Some("uid-1".into());
+        ps.metadata.generation = Some(3);
+        ps
+    }
+
+    fn pod(name: &str, phase: &str, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(s).unwrap()
+    }
+
+    #[test]
+    fn status_and_conditions() {
+        let a = pod("a", "Running", true);
+        let b = pod("b", "Pending", false);
+        let mut ps = podset(2);
+        let s = status(&ps, &[&b, &a], false, None, t(100));
+        assert_eq!((s.replicas, s.ready_replicas), (2, 1));
+        assert_eq!(s.pod_names, ["a", "b"]);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(
+            s.selector,
+            "app=demo,app.kubernetes.io/instance=demo,app.kubernetes.io/managed-by=podset-operator"
+        );
+        assert!(!is_true(&s.conditions, "Ready"));
+        assert!(is_true(&s.conditions, "Progressing"));
+        assert!(!is_true(&s.conditions, "Degraded"));
+
+        ps.status = Some(s);
+        let b_ready = pod("b", "Running", true);
+        let s2 = status(&ps, &[&a, &b_ready], false, None, t(200));
+        assert!(is_true(&s2.conditions, "Ready"));
+        assert_eq!(
+            find(&s2.conditions, "Ready").unwrap().last_transition_time,
+            Time(t(200))
+        );
+        assert_eq!(
+            find(&s2.conditions, "Degraded")
+                .unwrap()
+                .last_transition_time,
+            Time(t(100))
+        );
+        assert!(!is_true(&s2.conditions, "Progressing"));
+
+        // Same observation again: identical status, so no write.
+        ps.status = Some(s2.clone());
+        assert_eq!(status(&ps, &[&a, &b_ready], false, None, t(300)), s2);
+
+        let s3 = status(&ps, &[&a], false, Some("forbidden: exceeded quota"), t(400));
+        assert!(is_true(&s3.conditions, "Degraded"));
+        assert_eq!(
+            find(&s3.conditions, "Degraded").unwrap().reason,
+            "FailedCreate"
+        );
+    }
+
+    #[test]
+    fn announced_transitions() {
+        let a = pod("a", "Running", true);
+        let mut ps = podset(1);
+        // The first status: Ready (True) is announced, Degraded=False is not.
+        let first = status(&ps, &[&a], false, None, t(1));
+        let events = announcements(&[], &first.conditions, &ANNOUNCED);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(
+            (events[0].action.as_str(), events[0].reason.as_str()),
+            ("ReadyChanged", "AllPodsReady")
+        );
+        assert!(!events[0].warning);
+
+        // Pods cannot be created: Ready goes False (Normal), Degraded True (Warning).
+        ps.status = Some(first.clone());
+        ps.spec.replicas = 2;
+        let failing = status(&ps, &[&a], false, Some("exceeded quota"), t(2));
+        let events = announcements(&first.conditions, &failing.conditions, &ANNOUNCED);
+        let summary: Vec<_> = events
+            .iter()
+            .map(|e| (e.action.as_str(), e.reason.as_str(), e.warning))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("ReadyChanged", "PodsNotReady", false),
+                ("DegradedChanged", "FailedCreate", true)
+            ]
+        );
+        assert_eq!(
+            events[1].note,
+            "Degraded is True: cannot create pods: exceeded quota"
+        );
+        // Progressing is never announced; a steady status announces nothing.
+        assert!(announcements(&failing.conditions, &failing.conditions, &ANNOUNCED).is_empty());
+    }
+}

@@ -1,0 +1,72 @@
+//! Objects the unit tests share.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+
+use crate::{
+    api::{PulsarConsumer, PulsarConsumerSpec},
+    desired::desired_deployment,
+};
+
+/// A PulsarConsumer `orders` in namespace `ns`, generation 2, without autoscaling.
+pub(crate) fn consumer(replicas: i32) -> PulsarConsumer {
+    let mut pc = PulsarConsumer::new(
+        "orders",
+        PulsarConsumerSpec {
+            server_address: "pulsar://broker:6650".into(),
+            topic: "my-topic".into(),
+            subscription_name: "first-subscription".into(),
+            replicas,
+            autoscaling: None,
+        },
+    );
+    pc.metadata.namespace = Some("ns".into());
+    pc.metadata.uid = Some("uid-1".into());
+    pc.metadata.generation = Some(2);
+    pc.metadata.labels = Some(BTreeMap::from([("app".into(), "mine".into())]));
+    pc
+}
+
+/// The Deployment of `pc` (generation 5) with `status`.
+pub(crate) fn deployment(pc: &PulsarConsumer, status: DeploymentStatus) -> Deployment {
+    let owner = shared::apply::owner_reference(pc).unwrap();
+    let mut d = desired_deployment(pc, owner, "", pc.spec.replicas);
+    d.metadata.generation = Some(5);
+    d.status = Some(status);
+    d
+}
+
+/// A Deployment status: observed generation and replica counts.
+pub(crate) fn counts(observed: i64, replicas: i32, updated: i32, ready: i32) -> DeploymentStatus {
+    DeploymentStatus {
+        observed_generation: Some(observed),
+        replicas: Some(replicas),
+        updated_replicas: Some(updated),
+        ready_replicas: Some(ready),
+        ..DeploymentStatus::default()
+    }
+}
+
+/// The time `s` seconds after the epoch.
+pub(crate) fn t(s: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(s).unwrap()
+}
+
+/// A client answered by `api` (through tower-test's mock service).
+pub(crate) fn mocked_client(api: &shared::testing::Scripted) -> kube::Client {
+    use shared::testing::http;
+    let (service, mut handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let api = api.clone();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            send.send_response(api.answer(request).await);
+        }
+    });
+    kube::Client::new(service, "default")
+}

@@ -1,0 +1,150 @@
+//! Test support (feature `testing`, enabled by the operators' dev-dependencies only): a
+//! scripted API server to run a reconcile against, for the answers a real cluster rarely
+//! gives (403, 404 on a status write, 409, 422).
+//!
+//! [`Scripted`] answers the requests in the order they come, records each, and answers
+//! `500` to a request beyond its script. An operator's test connects it to a
+//! `kube::Client` through `tower_test::mock::pair` (a dev-dependency of the operators) and
+//! builds its context from [`toolkit`].
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+pub use axum::http;
+use kube::{Client, client::Body, core::Status};
+use serde_json::Value;
+
+use crate::{WatchNamespaces, events::Events, metrics::Metrics, run::Operator, run::Toolkit};
+
+/// What the scripted API server answers to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// `200` with this object.
+    Object(Value),
+    /// `200` with the request's own body (an event created, an object applied).
+    Echo,
+    /// A failure: this code, reason and message, as a `metav1.Status`.
+    Status(u16, &'static str, String),
+}
+
+impl Reply {
+    /// A failure with code `code`, the reason the API server gives it, and `message`.
+    #[must_use]
+    pub fn error(code: u16, message: &str) -> Self {
+        let reason = match code {
+            403 => "Forbidden",
+            404 => "NotFound",
+            409 => "Conflict",
+            422 => "Invalid",
+            _ => "InternalError",
+        };
+        Reply::Status(code, reason, message.to_owned())
+    }
+}
+
+/// One request the reconcile made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// `GET`, `POST`, `PATCH`, ...
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    /// The body, parsed as JSON (`Null` when empty).
+    pub body: Value,
+}
+
+impl Seen {
+    /// `<method> <path>`.
+    #[must_use]
+    pub fn line(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+/// An API server that answers from a script.
+#[derive(Debug, Clone, Default)]
+pub struct Scripted {
+    inner: Arc<Mutex<(VecDeque<Reply>, Vec<Seen>)>>,
+}
+
+impl Scripted {
+    /// Answers the requests with `replies`, in order.
+    #[must_use]
+    pub fn new(replies: impl IntoIterator<Item = Reply>) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new((replies.into_iter().collect(), Vec::new()))),
+        }
+    }
+
+    /// Records `request` and answers it with the next reply of the script.
+    pub async fn answer(&self, request: http::Request<Body>) -> http::Response<Body> {
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let reply = {
+            let mut inner = self.lock();
+            inner.1.push(Seen {
+                method: parts.method.to_string(),
+                path: parts.uri.path().to_owned(),
+                body: body.clone(),
+            });
+            inner.0.pop_front()
+        };
+        let (code, json) = match reply {
+            Some(Reply::Object(object)) => (200, object),
+            Some(Reply::Echo) => (200, body),
+            Some(Reply::Status(code, reason, message)) => (code, status(code, reason, &message)),
+            None => (
+                500,
+                status(
+                    500,
+                    "InternalError",
+                    "the script has no answer to this request",
+                ),
+            ),
+        };
+        let mut response =
+            http::Response::new(Body::from(serde_json::to_vec(&json).unwrap_or_default()));
+        *response.status_mut() =
+            http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+
+    /// The requests made so far.
+    #[must_use]
+    pub fn seen(&self) -> Vec<Seen> {
+        self.lock().1.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (VecDeque<Reply>, Vec<Seen>)> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The requests made so far, as `<method> <path>`.
+    #[must_use]
+    pub fn lines(&self) -> Vec<String> {
+        self.seen().iter().map(Seen::line).collect()
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    serde_json::to_value(Status::failure(message, reason).with_code(code)).unwrap_or_default()
+}
+
+/// The toolkit a reconcile gets, around `client`, for `operator`, watching everything.
+#[must_use]
+pub fn toolkit(client: Client, operator: Operator) -> Toolkit {
+    Toolkit {
+        events: Events::new(client.clone(), operator.name),
+        client,
+        metrics: Metrics::new(),
+        operator,
+        watch_namespaces: WatchNamespaces::All,
+    }
+}
