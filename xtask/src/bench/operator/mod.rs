@@ -491,6 +491,27 @@ async fn create_strangers(client: &Client, namespace: &str, count: u32) -> Resul
         "    {count} stranger pods created in {}s",
         seconds(started, Instant::now())
     );
+    // Let the scheduler and the simulated kubelets finish with them first, so the run
+    // measures the operator beside them, not the cluster still busy placing them.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let running = ListParams::default()
+        .labels(STRANGER_LABEL)
+        .fields("status.phase=Running");
+    loop {
+        let n = api.list_metadata(&running).await?.items.len();
+        if n >= count as usize {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "only {n} of {count} stranger pods Running after 600 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "    {count} stranger pods Running after {}s",
+        seconds(started, Instant::now())
+    );
     Ok(())
 }
 
