@@ -3,9 +3,8 @@
 //! gives (403, 404 on a status write, 409, 422).
 //!
 //! [`Scripted`] answers the requests in the order they come, records each, and answers
-//! `500` to a request beyond its script. An operator's test connects it to a
-//! `kube::Client` through `tower_test::mock::pair` (a dev-dependency of the operators) and
-//! builds its context from [`toolkit`].
+//! `500` to a request beyond its script. An operator's test gets a `kube::Client` it answers
+//! from [`client`] and builds its context from [`toolkit`].
 
 use std::{
     collections::VecDeque,
@@ -78,6 +77,12 @@ impl Scripted {
         }
     }
 
+    /// A client whose every request this script answers.
+    #[must_use]
+    pub fn client(&self) -> Client {
+        client(self)
+    }
+
     /// Records `request` and answers it with the next reply of the script.
     pub async fn answer(&self, request: http::Request<Body>) -> http::Response<Body> {
         let (parts, body) = request.into_parts();
@@ -135,6 +140,17 @@ impl Scripted {
 
 fn status(code: u16, reason: &str, message: &str) -> Value {
     serde_json::to_value(Status::failure(message, reason).with_code(code)).unwrap_or_default()
+}
+
+/// A `kube::Client` answered by `api`: each request goes to [`Scripted::answer`].
+#[must_use]
+pub fn client(api: &Scripted) -> Client {
+    let api = api.clone();
+    let service = tower::service_fn(move |request: http::Request<Body>| {
+        let api = api.clone();
+        async move { Ok::<_, std::convert::Infallible>(api.answer(request).await) }
+    });
+    Client::new(service, "default")
 }
 
 /// The toolkit a reconcile gets, around `client`, for `operator`, watching everything.

@@ -394,26 +394,16 @@ mod tests {
     /// Reconcile against a scripted API server: the answers a real cluster rarely gives.
     mod api {
         use super::*;
-        use shared::testing::{Reply, Scripted, http, toolkit};
+        use shared::testing::{Reply, Scripted, toolkit};
 
         const STATUS: &str =
             "PATCH /apis/batch.tutorial.kubebuilder.io/v1/namespaces/ns/podsets/ps/status";
         const CREATE_POD: &str = "POST /api/v1/namespaces/ns/pods";
         const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
 
-        /// A context whose client is answered by `api` (through tower-test's mock service).
+        /// A context whose client is answered by `api`.
         fn context(api: &Scripted) -> Arc<Context> {
-            let (service, mut handle) = tower_test::mock::pair::<
-                http::Request<kube::client::Body>,
-                http::Response<kube::client::Body>,
-            >();
-            let api = api.clone();
-            tokio::spawn(async move {
-                while let Some((request, send)) = handle.next_request().await {
-                    send.send_response(api.answer(request).await);
-                }
-            });
-            let client = kube::Client::new(service, "default");
+            let client = api.client();
             Arc::new(Context::new(toolkit(client, crate::OPERATOR), None))
         }
 

@@ -55,18 +55,7 @@ pub(crate) fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(s).unwrap()
 }
 
-/// A client answered by `api` (through tower-test's mock service).
+/// A client answered by `api`.
 pub(crate) fn mocked_client(api: &shared::testing::Scripted) -> kube::Client {
-    use shared::testing::http;
-    let (service, mut handle) = tower_test::mock::pair::<
-        http::Request<kube::client::Body>,
-        http::Response<kube::client::Body>,
-    >();
-    let api = api.clone();
-    tokio::spawn(async move {
-        while let Some((request, send)) = handle.next_request().await {
-            send.send_response(api.answer(request).await);
-        }
-    });
-    kube::Client::new(service, "default")
+    api.client()
 }
