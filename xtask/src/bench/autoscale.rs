@@ -84,11 +84,11 @@ fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result
     for run in runs.as_array().into_iter().flatten() {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.1} | {} | {} | {} |",
+            "| {} | {} | {:.1} | {:.0} | {} | {} |",
             run["label"].as_str().unwrap_or("?"),
             run["messages"],
             run["seconds"].as_f64().unwrap_or(0.0),
-            run["messages_per_second"],
+            run["messages_per_second"].as_f64().unwrap_or(0.0),
             run["max_consumers"],
             run["duplicates"],
         );
