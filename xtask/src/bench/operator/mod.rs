@@ -337,6 +337,16 @@ fn kubectl(kubeconfig: &Path) -> Command {
 /// `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
 fn install(op: Operator, kubeconfig: &Path) -> Result<()> {
     let dir = paths::repo_root().join("deploy").join(op.crate_name());
+    // The operator runs here as a local process: the tree's own Deployment only needs
+    // admitting, on the simulated nodes (on the real node its image would not be there).
+    let system = format!("{}-system", op.crate_name());
+    let _ = cmd::output(kubectl(kubeconfig).args(["create", "namespace", &system]));
+    let mut annotate = kubectl(kubeconfig);
+    annotate.args(["annotate", "namespace", &system, "--overwrite"]);
+    for (key, value) in xtask::simulated::NAMESPACE_ANNOTATIONS {
+        annotate.arg(format!("{key}={value}"));
+    }
+    cmd::output(&mut annotate)?;
     cmd::output(
         kubectl(kubeconfig)
             .args([
