@@ -148,6 +148,19 @@ pub fn place_namespace(namespace: &str, simulated: bool) -> Result<()> {
         });
     }
     kubectl_ok(args)?;
+    if simulated {
+        // A pod placed on the real node before the namespace was marked simulated (by
+        // `cargo xtask deploy`, or a bench on the same cluster) may never become ready
+        // here: its controller places it again, on a simulated node.
+        let _ = kubectl_ok([
+            "delete",
+            "pods",
+            "-n",
+            namespace,
+            "--field-selector=spec.nodeName=real-node",
+            "--wait=false",
+        ]);
+    }
     Ok(())
 }
 

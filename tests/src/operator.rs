@@ -43,17 +43,6 @@ pub fn install(operator: &str) -> Result<()> {
         "-k".as_ref(),
         dir.as_os_str(),
     ])?;
-    // A pod of the tree's Deployment placed on the real node before the namespace was
-    // marked simulated (by `cargo xtask deploy` or a bench on the same cluster) would never
-    // become ready here: let the Deployment place it again.
-    let _ = kubectl_ok([
-        "delete",
-        "pods",
-        "-n",
-        &format!("{operator}-system"),
-        "--field-selector=spec.nodeName=real-node",
-        "--wait=false",
-    ]);
     // The CRD must be served before anyone creates objects of its kind.
     kubectl_ok([
         "wait",
