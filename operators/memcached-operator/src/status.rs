@@ -70,15 +70,6 @@ pub fn is_current(pod: &Pod) -> bool {
         )
 }
 
-/// Whether the pod's Ready condition is True.
-#[must_use]
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The message of the Deployment's `ReplicaFailure=True` condition (pods cannot be created:
 /// quota, admission), if any.
 #[must_use]
@@ -119,7 +110,13 @@ pub fn status(
     let name = mc.name_any();
     let current: Vec<&Pod> = pods.iter().copied().filter(|p| is_current(p)).collect();
     let replicas = i32::try_from(current.len()).unwrap_or(i32::MAX);
-    let ready = i32::try_from(current.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
+    let ready = i32::try_from(
+        current
+            .iter()
+            .filter(|p| shared::conditions::pod_ready(p))
+            .count(),
+    )
+    .unwrap_or(i32::MAX);
     let mut nodes: Vec<String> = current.iter().map(|p| p.name_any()).collect();
     nodes.sort();
 

@@ -26,15 +26,6 @@ impl HasConditions for PodSetStatus {
     }
 }
 
-/// Whether the pod's Ready condition is True.
-#[must_use]
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The status describing `active` pods of `ps`, keeping `lastTransitionTime` of unchanged
 /// conditions. `create_error` is the message of a failed create (makes `Degraded` True);
 /// `writes_pending` says creates/deletes are in flight.
@@ -49,7 +40,13 @@ pub fn status(
     let generation = ps.metadata.generation;
     let want = ps.spec.replicas.max(0);
     let replicas = i32::try_from(active.len()).unwrap_or(i32::MAX);
-    let ready = i32::try_from(active.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
+    let ready = i32::try_from(
+        active
+            .iter()
+            .filter(|p| shared::conditions::pod_ready(p))
+            .count(),
+    )
+    .unwrap_or(i32::MAX);
     let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
     pod_names.sort();
 

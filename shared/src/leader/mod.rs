@@ -102,9 +102,10 @@ pub fn jitter(base: Duration, factor: f64, unit: f64) -> Duration {
     base.saturating_add(Duration::try_from_secs_f64(extra).unwrap_or(Duration::ZERO))
 }
 
-/// A random number in `[0, 1)`, from the standard library's randomly keyed hasher
-/// (plenty for spreading retries; not for anything secret).
-fn random_unit() -> f64 {
+/// A hasher keyed at random by the standard library and fed the current time: the seed
+/// of [`random_unit`] and [`default_identity`] (plenty for spreading retries and telling
+/// replicas apart; not for anything secret).
+fn random_hasher() -> std::collections::hash_map::DefaultHasher {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
         std::time::SystemTime::now()
@@ -112,9 +113,14 @@ fn random_unit() -> f64 {
             .map(|d| d.as_nanos())
             .unwrap_or(0),
     );
+    h
+}
+
+/// A random number in `[0, 1)`.
+fn random_unit() -> f64 {
     // The top 53 bits as a fraction: exactly representable in an f64.
     #[allow(clippy::cast_precision_loss)]
-    let unit = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    let unit = (random_hasher().finish() >> 11) as f64 / (1u64 << 53) as f64;
     unit
 }
 
@@ -140,13 +146,7 @@ pub fn default_identity() -> String {
     let host = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "operator".to_owned());
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
+    let mut h = random_hasher();
     h.write_u32(std::process::id());
     format!("{host}_{:016x}", h.finish())
 }
