@@ -148,7 +148,7 @@ pub fn place_namespace(namespace: &str, simulated: bool) -> Result<()> {
         });
     }
     kubectl_ok(args)?;
-    if simulated {
+    if simulated && exists {
         // A pod placed on the real node before the namespace was marked simulated (by
         // `cargo xtask deploy`, or a bench on the same cluster) may never become ready
         // here: its controller places it again, on a simulated node.
