@@ -1,12 +1,14 @@
 //! Backlog-based autoscaling of a PulsarConsumer against the real Apache Pulsar broker
 //! (`cargo xtask pulsar up`, started on demand) and the real local cluster.
 //!
-//! Pods are simulated (kwok), so this test plays the kubelet for the consumers: a
+//! Pods are simulated (kwok) here, so this test plays the kubelet for the consumers: a
 //! "follower" runs as many local `pulsar-consumer` processes as the Deployment asks for
 //! (starting and stopping them as the operator scales), as the other consumer tests run
 //! consumer processes locally. The operator reads the backlog through a TCP proxy
-//! ([`TcpProxy`]) in front of the broker's admin port, which the test stops to take the admin API away without
-//! touching the broker other tests share.
+//! ([`TcpProxy`]) in front of the broker's admin port, which the test stops to take the
+//! admin API away without touching the broker other tests share. With the real node, the
+//! same scenario also runs with the operator's image and the consumers as real pods
+//! (`real_node.rs`, `assert_autoscaling_with_consumer_pods`).
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::operator::OperatorProcess;

@@ -29,6 +29,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The node that runs containers.
@@ -372,6 +374,89 @@ fn reign_of(pod: &str, log: &str, ended: bool) -> Result<Option<Reign>> {
     }))
 }
 
+/// Pods' logs followed with `kubectl logs --follow` from their first line to their last,
+/// each into a file of its own: a pod deleted (by a rollout, or a scale-down) takes its log
+/// with it, so whatever a test reads from the log must be followed while the pod lives.
+struct PodLogs {
+    dir: PathBuf,
+    namespace: String,
+    timestamps: bool,
+    followers: Vec<(String, std::process::Child, PathBuf)>,
+}
+
+impl PodLogs {
+    /// Logs of pods in `namespace`, kept in `target/e2e/<name>/`.
+    fn new(name: &str, namespace: &str, timestamps: bool) -> Result<PodLogs> {
+        let dir = e2e::target_dir().join("e2e").join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(PodLogs {
+            dir,
+            namespace: namespace.to_owned(),
+            timestamps,
+            followers: Vec::new(),
+        })
+    }
+
+    /// Follows `pod`'s log (once: a pod already followed is left alone). The pod's
+    /// container must have started, or kubectl gives up at once.
+    fn follow(&mut self, pod: &str) -> Result<()> {
+        if self.followers.iter().any(|(name, ..)| name == pod) {
+            return Ok(());
+        }
+        let path = self.dir.join(format!("{pod}.log"));
+        let mut cmd = e2e::kubectl();
+        cmd.args(["logs", "--follow", "-n", &self.namespace, pod]);
+        if self.timestamps {
+            cmd.arg("--timestamps");
+        }
+        let child = cmd
+            .stdout(std::fs::File::create(&path)?)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("running kubectl logs --follow")?;
+        self.followers.push((pod.to_owned(), child, path));
+        Ok(())
+    }
+
+    /// Every followed pod's log. The streams of pods for which `ends` holds are awaited
+    /// until their container stops (up to `timeout`, then cut); the others are cut now.
+    async fn finish(
+        self,
+        ends: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Result<Vec<(String, String)>> {
+        let mut logs = Vec::new();
+        for (pod, mut child, path) in self.followers {
+            if ends(&pod) {
+                let stopped = poll("a pod's log to end", timeout, || {
+                    let status = child.try_wait();
+                    async move { Ok(status?.map(|_| ())) }
+                })
+                .await;
+                if stopped.is_err() {
+                    let _ = child.kill();
+                }
+            } else {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+            logs.push((pod, std::fs::read_to_string(&path)?));
+        }
+        Ok(logs)
+    }
+}
+
+/// Whether the pod's (first) container runs.
+fn container_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.state.as_ref()?.running.as_ref())
+        .is_some()
+}
+
 /// `kubectl rollout restart` of the two operator pods: every old and new pod's log is
 /// followed from its first line to its last, and no two pods ever lead at once (each
 /// acquisition comes after the previous leader released the lease).
@@ -381,32 +466,7 @@ async fn assert_rollout_restart_has_one_leader(
 ) -> Result<()> {
     let system = deployed.namespace();
     let selector = format!("app.kubernetes.io/name={}", deployed.operator);
-    let dir = e2e::target_dir().join("e2e").join("rollout-restart");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let mut followers: Vec<(String, std::process::Child, PathBuf)> = Vec::new();
-    let mut follow = |pod: &str| -> Result<()> {
-        if followers.iter().any(|(name, ..)| name == pod) {
-            return Ok(());
-        }
-        let path = dir.join(format!("{pod}.log"));
-        let child = e2e::kubectl()
-            .args(["logs", "--follow", "--timestamps", "-n", &system, pod])
-            .stdout(std::fs::File::create(&path)?)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .context("running kubectl logs --follow")?;
-        followers.push((pod.to_owned(), child, path));
-        Ok(())
-    };
-    let running = |pod: &Pod| {
-        pod.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|c| c.first())
-            .and_then(|c| c.state.as_ref()?.running.as_ref())
-            .is_some()
-    };
+    let mut logs = PodLogs::new("rollout-restart", &system, true)?;
     let ready = |pod: &Pod| {
         pod.status
             .as_ref()
@@ -422,7 +482,7 @@ async fn assert_rollout_restart_has_one_leader(
     })
     .await?;
     for pod in &old {
-        follow(pod)?;
+        logs.follow(pod)?;
     }
     kubectl_ok([
         "rollout",
@@ -436,9 +496,9 @@ async fn assert_rollout_restart_has_one_leader(
     let deadline = Instant::now() + ROLLOUT;
     loop {
         let now = pods(client, &system, &selector).await?;
-        for pod in now.iter().filter(|p| running(p)) {
+        for pod in now.iter().filter(|p| container_running(p)) {
             if let Some(name) = &pod.metadata.name {
-                follow(name)?;
+                logs.follow(name)?;
             }
         }
         let new_ready = now
@@ -466,25 +526,14 @@ async fn assert_rollout_restart_has_one_leader(
             .filter(|h| !h.is_empty() && !old.iter().any(|o| h.starts_with(o.as_str()))))
     })
     .await?;
-    // The old pods' streams end with their containers; the new ones are cut here.
+    // The old pods' streams end with their containers (graceful shutdown is bounded by
+    // the pod's termination grace period); the new ones are cut here.
+    let dir = logs.dir.clone();
     let mut reigns = Vec::new();
-    for (pod, mut child, path) in followers {
-        if old.contains(&pod) {
-            // Ends when the container stops (graceful shutdown is bounded by the
-            // pod's termination grace period).
-            let stopped = poll("an old pod's log to end", ROLLOUT, || {
-                let status = child.try_wait();
-                async move { Ok(status?.map(|_| ())) }
-            })
-            .await;
-            if stopped.is_err() {
-                let _ = child.kill();
-            }
-        } else {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-        let log = std::fs::read_to_string(&path)?;
+    for (pod, log) in logs
+        .finish(|pod| old.iter().any(|o| o == pod), ROLLOUT)
+        .await?
+    {
         if let Some(reign) = reign_of(&pod, &log, old.contains(&pod))? {
             reigns.push(reign);
         }
@@ -716,7 +765,8 @@ fn received_in_text_log(log: &str) -> Vec<pulsar::Received> {
         .collect()
 }
 
-/// Consumers that run as pods receive each message once and follow scaling.
+/// Consumers that run as pods receive each message once and follow scaling, by hand
+/// and by backlog autoscaling.
 #[tokio::test(flavor = "multi_thread")]
 async fn pulsar_consumer_operator_image_consumes_from_the_real_broker() -> Result<()> {
     let client = e2e::admin_client().await?;
@@ -791,6 +841,215 @@ async fn pulsar_consumer_operator_image_consumes_from_the_real_broker() -> Resul
         },
     )
     .await?;
+    assert_autoscaling_with_consumer_pods(&client, &host_url).await?;
     drop(deployed);
+    Ok(())
+}
+
+/// Follows the log of every consumer pod of a PulsarConsumer from the moment its
+/// container runs, and counts the most that ran at once, until stopped.
+struct ConsumerPods {
+    logs: Arc<Mutex<Option<PodLogs>>>,
+    max_running: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ConsumerPods {
+    fn start(client: &kube::Client, namespace: &str, instance: &str) -> Result<ConsumerPods> {
+        let logs = Arc::new(Mutex::new(Some(PodLogs::new(
+            &format!("autoscale-{instance}"),
+            namespace,
+            false,
+        )?)));
+        let max_running = Arc::new(AtomicUsize::new(0));
+        let (shared_logs, shared_max) = (Arc::clone(&logs), Arc::clone(&max_running));
+        let (client, namespace) = (client.clone(), namespace.to_owned());
+        let selector = format!("app.kubernetes.io/instance={instance}");
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(now) = pods(&client, &namespace, &selector).await {
+                    let running: Vec<&Pod> = now.iter().filter(|p| container_running(p)).collect();
+                    shared_max.fetch_max(running.len(), Ordering::SeqCst);
+                    if let Ok(mut guard) = shared_logs.lock()
+                        && let Some(logs) = guard.as_mut()
+                    {
+                        for name in running.iter().filter_map(|p| p.metadata.name.as_ref()) {
+                            if let Err(e) = logs.follow(name) {
+                                eprintln!("following {name}: {e:#}");
+                            }
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Ok(ConsumerPods {
+            logs,
+            max_running,
+            task,
+        })
+    }
+
+    /// Stops watching; returns every followed pod's received messages (waiting for
+    /// their containers to stop) and the most consumers that ran at once.
+    async fn finish(self) -> Result<(Vec<Vec<pulsar::Received>>, usize)> {
+        self.task.abort();
+        let logs = self
+            .logs
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the pod watcher panicked"))?
+            .take()
+            .context("the consumer pods' logs were taken twice")?;
+        let received: Vec<Vec<pulsar::Received>> = logs
+            .finish(|_| true, Duration::from_secs(60))
+            .await?
+            .iter()
+            .map(|(_, log)| received_in_text_log(log))
+            .collect();
+        Ok((received, self.max_running.load(Ordering::SeqCst)))
+    }
+}
+
+/// Polls the PulsarConsumer `drain` and its Deployment until `check(deployment replicas,
+/// status backlog, status desiredReplicas)` holds.
+async fn wait_autoscaled(
+    ns: &TestNamespace,
+    what: &str,
+    check: impl Fn(Option<i32>, Option<i64>, Option<i32>) -> bool,
+) -> Result<()> {
+    let check = &check;
+    poll(what, ROLLOUT, || async {
+        let s = ns
+            .api::<PulsarConsumer>()
+            .get("drain")
+            .await?
+            .status
+            .unwrap_or_default();
+        let replicas = ns
+            .api::<Deployment>()
+            .get_opt("drain-deployment")
+            .await?
+            .and_then(|d| d.spec?.replicas);
+        Ok(check(replicas, s.backlog, s.desired_replicas).then_some(()))
+    })
+    .await
+}
+
+/// Waits until no pod of the PulsarConsumer `drain` is left (running or terminating).
+async fn wait_no_consumer_pods(ns: &TestNamespace, what: &str) -> Result<()> {
+    poll(what, ROLLOUT, || async {
+        let left = ns
+            .api::<Pod>()
+            .list(&ListParams::default().labels("app.kubernetes.io/instance=drain"))
+            .await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await
+}
+
+/// Backlog autoscaling with the consumers as real pods: 20,000 messages wait with no
+/// consumer; the operator (in its pod) reads the backlog from the broker's admin API
+/// through the cluster's Service and scales to `maxReplicas`; the consumer pods drain it;
+/// the Deployment goes to zero after the (shortened) window; a new message brings a
+/// consumer back; and every message is received exactly once across all the pods that
+/// ever ran (their logs followed while they lived).
+async fn assert_autoscaling_with_consumer_pods(
+    client: &kube::Client,
+    host_url: &str,
+) -> Result<()> {
+    const BACKLOG: u64 = 20_000;
+    const LATER: u64 = 500;
+    const WINDOW_SECONDS: u64 = 10;
+    const MAX: i32 = 3;
+    let ns = TestNamespace::real("real-autoscale").await?;
+    let topic = unique_topic("real-autoscale");
+    let subscription = "real-autoscale";
+    // The subscription exists (a consumer subscribes once), then the backlog waits on it.
+    let mut first = pulsar::ConsumerProcess::start(host_url, &topic, subscription, "subscribe")?;
+    first.wait_connected(ROLLOUT).await?;
+    ensure!(first.terminate()?, "the subscribing consumer exits 0");
+    pulsar::produce(host_url, &topic, "auto", BACKLOG).await?;
+
+    let watcher = ConsumerPods::start(client, &ns.name, "drain")?;
+    let started = Instant::now();
+    let manifest = json!({
+        "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+        "kind": "PulsarConsumer",
+        "metadata": {"name": "drain"},
+        "spec": {
+            "serverAddress": "pulsar://pulsar-broker.pulsar.svc:6650",
+            "topic": topic,
+            "subscriptionName": subscription,
+            "replicas": 1,
+            "autoscaling": {
+                "minReplicas": 0,
+                "maxReplicas": MAX,
+                "targetBacklogPerReplica": 2000,
+                "adminUrl": "http://pulsar-broker.pulsar.svc:18080",
+                "pollIntervalSeconds": 1,
+                "behavior": {"scaleDownStabilizationSeconds": WINDOW_SECONDS}
+            }
+        }
+    });
+    create_from_json::<PulsarConsumer>(&ns, manifest).await?;
+    wait_autoscaled(&ns, "scaled to maxReplicas on the backlog", |r, _, d| {
+        r == Some(MAX) && d == Some(MAX)
+    })
+    .await?;
+    wait_autoscaled(&ns, "the consumer pods drained the backlog", |_, b, _| {
+        b == Some(0)
+    })
+    .await?;
+    let drained = Instant::now();
+    let drain_seconds = drained.duration_since(started).as_secs_f64();
+    wait_autoscaled(&ns, "scaled to zero after the window", |r, _, d| {
+        r == Some(0) && d == Some(0)
+    })
+    .await?;
+    let zero_after = drained.elapsed().as_secs_f64();
+    // As in `pulsar_autoscale`: the window runs from the last non-zero reading, up to a
+    // poll before the status shows 0, and the test sees the status up to a second late.
+    ensure!(
+        zero_after >= (WINDOW_SECONDS as f64) - 3.0,
+        "scaled to zero {zero_after:.1}s after the backlog drained; the window is {WINDOW_SECONDS}s"
+    );
+    wait_no_consumer_pods(&ns, "no consumer pod left").await?;
+
+    // A message waits: a consumer pod comes back, drains it, and goes again.
+    pulsar::produce(host_url, &topic, "again", LATER).await?;
+    let woke = Instant::now();
+    wait_autoscaled(&ns, "scaled up from zero", |r, _, _| {
+        r.is_some_and(|r| r >= 1)
+    })
+    .await?;
+    let wake_seconds = woke.elapsed().as_secs_f64();
+    wait_autoscaled(&ns, "drained and back to zero", |r, b, _| {
+        r == Some(0) && b == Some(0)
+    })
+    .await?;
+    wait_no_consumer_pods(&ns, "no consumer pod left again").await?;
+
+    let (logs, max_running) = watcher.finish().await?;
+    ensure!(
+        max_running == MAX as usize,
+        "at the most {MAX} consumer pods ran at once, and all {MAX} did: {max_running}"
+    );
+    let counts = payload_counts(logs.iter().map(Vec::as_slice));
+    let mut expected = expected_payloads("auto", BACKLOG);
+    expected.extend(expected_payloads("again", LATER));
+    let missing = expected.iter().filter(|p| !counts.contains_key(*p)).count();
+    let twice = counts.values().filter(|n| **n > 1).count();
+    ensure!(
+        missing == 0 && twice == 0 && counts.len() == expected.len(),
+        "{missing} messages never received and {twice} received more than once, \
+         across the logs of {} pods",
+        logs.len()
+    );
+    println!(
+        "real-node autoscale: {} consumer pods drained {BACKLOG} messages in {drain_seconds:.1}s \
+         (up to {max_running} at once); zero {zero_after:.1}s after the drain (window \
+         {WINDOW_SECONDS}s); a new message brought a pod back in {wake_seconds:.1}s",
+        logs.len()
+    );
     Ok(())
 }
