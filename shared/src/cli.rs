@@ -175,6 +175,13 @@ pub struct RunArgs {
     #[arg(long, global = true, default_value_t = crate::rate_limit::DEFAULT_BURST, value_name = "N")]
     pub kube_api_burst: u32,
 
+    /// Fill the caches with streaming lists (a watch with `sendInitialEvents`, the API
+    /// server's WatchList, on by default since Kubernetes 1.32) instead of paginated lists:
+    /// objects arrive one by one, so a start or a relist never holds a page of 500 whole
+    /// objects. `false` for older API servers.
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_name = "BOOL")]
+    pub streaming_lists: bool,
+
     /// Namespaces to watch: empty = all, `a` = one, `a,b` = several. Nothing outside is read or touched.
     #[arg(
         long,
@@ -507,6 +514,14 @@ mod tests {
             a.client_rate_limit().unwrap(),
             crate::rate_limit::ClientRateLimit::default()
         );
+    }
+
+    /// Streaming lists by default; `--streaming-lists=false` for API servers without them.
+    #[test]
+    fn streaming_lists_flag() {
+        assert!(parse(&[]).run.streaming_lists);
+        assert!(!parse(&["--streaming-lists=false"]).run.streaming_lists);
+        assert!(parse(&["--streaming-lists"]).run.streaming_lists);
     }
 
     /// controller-runtime's defaults (no client-side limit since v0.21; burst 30 once a

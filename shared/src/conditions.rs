@@ -6,15 +6,6 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-/// Whether a pod's `Ready` condition is `True`.
-#[must_use]
-pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The current time to the whole second, as conditions are stamped with it: a stored
 /// `metav1.Time` keeps whole seconds only, so a status recomputed from the same observation
 /// compares equal to the stored one (and is not written again).

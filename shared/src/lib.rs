@@ -50,6 +50,8 @@ pub mod rate_limit;
 pub mod run;
 pub mod serving;
 #[cfg(feature = "operator")]
+pub mod slim;
+#[cfg(feature = "operator")]
 pub mod status;
 #[cfg(feature = "operator")]
 pub mod telemetry;

@@ -9,7 +9,6 @@
 use std::{fmt, str::FromStr, sync::Arc};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -196,6 +195,7 @@ pub struct Scope {
     client: Client,
     namespace: Option<String>,
     status: Arc<tokio::sync::watch::Sender<ScopeStatus>>,
+    streaming_lists: bool,
 }
 
 impl fmt::Debug for Scope {
@@ -218,7 +218,16 @@ impl Scope {
             client,
             namespace,
             status: Arc::new(tokio::sync::watch::Sender::new(status)),
+            streaming_lists: false,
         }
+    }
+
+    /// Fill this scope's caches with streaming lists (`--streaming-lists`) rather than
+    /// paginated lists.
+    #[must_use]
+    pub fn with_streaming_lists(mut self, streaming: bool) -> Self {
+        self.streaming_lists = streaming;
+        self
     }
 
     /// The namespace, or `None` for cluster-wide.
@@ -270,7 +279,7 @@ impl Scope {
 
     /// Like [`Scope::reflect`], and `trim` runs on every object before it is cached (and
     /// handed on): it drops what the operator never reads, which keeps the cache small when
-    /// it holds thousands of objects (a Pod's spec, for instance, is a few KiB).
+    /// it holds thousands of objects (for pods, see [`crate::slim::SlimPod`]).
     pub fn reflect_trimmed<K>(
         &self,
         wc: watcher::Config,
@@ -288,6 +297,11 @@ impl Scope {
             + Sync
             + 'static,
     {
+        let wc = if self.streaming_lists {
+            wc.streaming_lists()
+        } else {
+            wc
+        };
         let (reader, writer) = reflector::store::<K>();
         // Synced = the watcher's first full list is in the store. It is read off the event
         // stream rather than from `Store::wait_until_ready`: that future supports one waiter
@@ -374,22 +388,6 @@ impl Scope {
     }
 }
 
-/// A trim for [`Scope::reflect_trimmed`] of Pods: keeps the metadata (`managedFields`
-/// aside), `status.phase` and `status.conditions`, which is all an operator needs to count
-/// its pods and their readiness. The spec and the rest of the status are dropped: a pod
-/// parsed in full takes a few KiB, and with thousands of pods they were most of an
-/// operator's memory.
-pub fn trim_pod(pod: &mut Pod) {
-    pod.spec = None;
-    if let Some(status) = pod.status.take() {
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            conditions: status.conditions,
-            ..PodStatus::default()
-        });
-    }
-}
-
 /// Stores of one child kind, one per [`Scope`], so a reconcile finds the cache that holds
 /// its object's namespace.
 #[derive(Debug)]
@@ -445,43 +443,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn trim_pod_keeps_what_reconciles_read() {
-        let mut pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "p", "namespace": "n", "labels": {"app": "x"},
-                "deletionTimestamp": "2026-01-01T00:00:00Z",
-                "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o",
-                                     "uid": "u", "controller": true}]
-            },
-            "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "n1"},
-            "status": {
-                "phase": "Running",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "podIP": "10.0.0.1",
-                "containerStatuses": [{"name": "c", "image": "busybox", "imageID": "",
-                                       "ready": true, "restartCount": 0}]
-            }
-        }))
-        .unwrap();
-        let metadata = pod.metadata.clone();
-        trim_pod(&mut pod);
-        assert_eq!(pod.metadata, metadata);
-        assert!(pod.spec.is_none());
-        let status = pod.status.unwrap();
-        assert_eq!(status.phase.as_deref(), Some("Running"));
-        let conditions = status.conditions.unwrap();
-        assert_eq!(
-            (conditions[0].type_.as_str(), conditions[0].status.as_str()),
-            ("Ready", "True")
-        );
-        assert!(status.pod_ip.is_none() && status.container_statuses.is_none());
-
-        let mut bare = Pod::default();
-        trim_pod(&mut bare);
-        assert!(bare.status.is_none());
-    }
+    use k8s_openapi::api::core::v1::Pod;
 
     #[tokio::test]
     async fn find_looks_in_the_store_of_the_namespace() {

@@ -220,7 +220,8 @@ impl Operator {
         let mut runs = Vec::new();
         let mut statuses = Vec::new();
         for namespace in args.watch_namespace.scopes() {
-            let scope = Scope::new(client.clone(), namespace);
+            let scope =
+                Scope::new(client.clone(), namespace).with_streaming_lists(args.streaming_lists);
             let controller = build(&scope, &ctx);
             let status = scope.status();
             let run = controller

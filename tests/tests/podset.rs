@@ -479,3 +479,58 @@ async fn podset_converges_within_a_low_client_rate_limit() -> Result<()> {
     }
     Ok(())
 }
+
+/// The caches fill with streaming lists by default (a watch with `sendInitialEvents`), and
+/// with `--streaming-lists=false`, for API servers without them, with paginated lists:
+/// a PodSet converges either way, and the request log shows which was used.
+#[tokio::test]
+async fn podset_converges_with_streaming_and_with_paginated_lists() -> Result<()> {
+    for (streaming, flag) in [
+        (true, "--streaming-lists=true"),
+        (false, "--streaming-lists=false"),
+    ] {
+        let ns = TestNamespace::new("podset-lists").await?;
+        let op = OperatorProcess::start_with(
+            OPERATOR,
+            &[&ns.name],
+            OperatorOptions {
+                args: vec![flag.into()],
+                ..OperatorOptions::default()
+            },
+        )
+        .await?;
+        create(&ns, podset("listed", 2)).await?;
+        wait_ready(&ns, "listed", 2).await?;
+        let urls: Vec<String> = op
+            .log()
+            .lines()
+            .filter_map(|l| {
+                let v: Value = serde_json::from_str(l).ok()?;
+                (v["span"]["http.method"].as_str()? == "GET")
+                    .then(|| v["span"]["http.url"].as_str().map(str::to_owned))?
+            })
+            .filter(|u| u.contains("/pods?") || u.contains("/podsets?"))
+            .collect();
+        let streamed = urls
+            .iter()
+            .filter(|u| u.contains("sendInitialEvents=true"))
+            .count();
+        // (`limit=1`: the start-up check that the kind is served and readable.)
+        let listed = urls
+            .iter()
+            .filter(|u| !u.contains("watch=") && !u.contains("limit=1"))
+            .count();
+        if streaming {
+            assert!(
+                streamed >= 2 && listed == 0,
+                "{flag}: the pod and PodSet caches fill from watches: {urls:#?}"
+            );
+        } else {
+            assert!(
+                streamed == 0 && listed >= 2,
+                "{flag}: the pod and PodSet caches fill from lists: {urls:#?}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -7,7 +7,7 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         core::v1::{
-            Container, ContainerPort, Pod, ResourceRequirements, Service, ServicePort, ServiceSpec,
+            Container, ContainerPort, ResourceRequirements, Service, ServicePort, ServiceSpec,
         },
     },
     apimachinery::pkg::{
@@ -18,6 +18,7 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 use shared::pod_security::{restricted_container_security_context, restricted_deployment};
+use shared::slim::SlimPod;
 
 use crate::{OPERATOR, api::Memcached};
 
@@ -150,7 +151,7 @@ pub fn desired_service(mc: &Memcached, owner: OwnerReference) -> Service {
 /// controller is a ReplicaSet `<deployment>-<pod-template-hash>`. Labels alone could be
 /// copied by anyone; this also needs the owner the Deployment controller sets.
 #[must_use]
-pub fn is_pod_of(pod: &Pod, deployment: &str) -> bool {
+pub fn is_pod_of(pod: &SlimPod, deployment: &str) -> bool {
     let Some(hash) = pod.labels().get("pod-template-hash") else {
         return false;
     };

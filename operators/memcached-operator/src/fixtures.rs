@@ -12,6 +12,8 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
 
+use shared::slim::SlimPod;
+
 use crate::{
     api::{Memcached, MemcachedSpec},
     desired::desired_deployment,
@@ -46,7 +48,7 @@ pub(crate) fn owner() -> OwnerReference {
 }
 
 /// A running memcached pod of the Deployment `cache`.
-pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> Pod {
+pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> SlimPod {
     Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -74,6 +76,7 @@ pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> Pod {
             ..PodStatus::default()
         }),
     }
+    .into()
 }
 
 /// The Deployment of `mc` as the Deployment controller reports it.

@@ -6,10 +6,7 @@
 use std::{fmt::Debug, sync::Arc};
 
 use k8s_openapi::{
-    api::{
-        apps::v1::Deployment,
-        core::v1::{Pod, Service},
-    },
+    api::{apps::v1::Deployment, core::v1::Service},
     apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
 use kube::{
@@ -30,6 +27,7 @@ use shared::{
     events::Announce,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    slim::SlimPod,
     status::publish_status,
 };
 
@@ -83,8 +81,9 @@ pub struct Context {
     pub deployments: ScopedStores<Deployment>,
     /// The operator's Services, one cache per watched scope.
     pub services: ScopedStores<Service>,
-    /// The memcached pods, one cache per watched scope.
-    pub pods: ScopedStores<Pod>,
+    /// The memcached pods, one cache per watched scope (only what reconciles read:
+    /// [`SlimPod`]).
+    pub pods: ScopedStores<SlimPod>,
     /// The memcached image (`MEMCACHED_IMAGE`, else [`DEFAULT_IMAGE`]).
     pub image: String,
 }
@@ -118,16 +117,14 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     let (services, service_events) = scope.reflect::<Service>(ours);
     ctx.services.insert(scope, services);
     // Only the pods' metadata, phase and conditions are read (`status.nodes`, readiness).
-    let (pods, pod_events) = scope.reflect_trimmed::<Pod>(
-        watcher::Config::default().labels(&desired::all_pods_selector()),
-        shared::namespaces::trim_pod,
-    );
+    let (pods, pod_events) =
+        scope.reflect::<SlimPod>(watcher::Config::default().labels(&desired::all_pods_selector()));
     ctx.pods.insert(scope, pods);
     scope
         .controller::<Memcached>(watcher::Config::default())
         .owns_stream(deployment_events)
         .owns_stream(service_events)
-        .watches_stream(pod_events, |pod: Pod| {
+        .watches_stream(pod_events, |pod: SlimPod| {
             let ns = pod.namespace()?;
             pod.labels()
                 .get(INSTANCE_LABEL)
@@ -321,7 +318,7 @@ async fn update_status(
     let pods = ctx.pods.in_namespace(ns, |p| {
         p.labels().get(INSTANCE_LABEL) == Some(&name) && desired::is_pod_of(p, &name)
     });
-    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let pods: Vec<&SlimPod> = pods.iter().map(AsRef::as_ref).collect();
     let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
     publish_status(
         &Api::namespaced(ctx.toolkit.client.clone(), ns),

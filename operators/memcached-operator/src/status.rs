@@ -1,14 +1,12 @@
 //! The status that describes what a reconcile observed of a Memcached's Deployment and
 //! pods, and which of its conditions are announced with events. Pure; unit-tested below.
 
-use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::Pod},
-    apimachinery::pkg::apis::meta::v1::Condition,
-};
+use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::ResourceExt;
 use shared::{
     conditions::{Conditions, HasConditions},
     events::Announce,
+    slim::SlimPod,
 };
 
 use crate::{
@@ -62,12 +60,8 @@ pub enum Problem {
 
 /// Whether a pod counts: not terminating, and not finished (phase Succeeded or Failed).
 #[must_use]
-pub fn is_current(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && !matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        )
+pub fn is_current(pod: &SlimPod) -> bool {
+    pod.deletion_timestamp().is_none() && !matches!(pod.phase(), Some("Succeeded" | "Failed"))
 }
 
 /// The message of the Deployment's `ReplicaFailure=True` condition (pods cannot be created:
@@ -101,22 +95,16 @@ pub fn replica_failure(deployment: &Deployment) -> Option<String> {
 pub fn status(
     mc: &Memcached,
     deployment: Option<&Deployment>,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
     problem: Option<&Problem>,
     now: jiff::Timestamp,
 ) -> MemcachedStatus {
     let generation = mc.metadata.generation;
     let size = mc.spec.size.max(0);
     let name = mc.name_any();
-    let current: Vec<&Pod> = pods.iter().copied().filter(|p| is_current(p)).collect();
+    let current: Vec<&SlimPod> = pods.iter().copied().filter(|p| is_current(p)).collect();
     let replicas = i32::try_from(current.len()).unwrap_or(i32::MAX);
-    let ready = i32::try_from(
-        current
-            .iter()
-            .filter(|p| shared::conditions::pod_ready(p))
-            .count(),
-    )
-    .unwrap_or(i32::MAX);
+    let ready = i32::try_from(current.iter().filter(|p| p.ready()).count()).unwrap_or(i32::MAX);
     let mut nodes: Vec<String> = current.iter().map(|p| p.name_any()).collect();
     nodes.sort();
 

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use shared::pod_security::{
     restricted_container_security_context, restricted_pod_security_context,
 };
+use shared::slim::SlimPod;
 
 use crate::{
     OPERATOR,
@@ -89,19 +90,12 @@ pub fn desired_pod(ps: &PodSet, owner: OwnerReference, default_image: &str) -> P
 
 /// Whether a pod counts as one of the replicas: not terminating, phase Pending or Running.
 #[must_use]
-pub fn is_active(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            None | Some("Pending" | "Running")
-        )
+pub fn is_active(pod: &SlimPod) -> bool {
+    pod.deletion_timestamp().is_none() && matches!(pod.phase(), None | Some("Pending" | "Running"))
 }
 
-fn is_pending(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        None | Some("Pending")
-    )
+fn is_pending(pod: &SlimPod) -> bool {
+    matches!(pod.phase(), None | Some("Pending"))
 }
 
 /// What to do to reach `spec.replicas`.
@@ -116,7 +110,7 @@ pub struct Plan {
 /// Decides creates/deletes from the active pods `ps` controls. Scale-down deletes Pending
 /// pods before Running ones, then the newest first (the oldest have proven themselves).
 #[must_use]
-pub fn plan(ps: &PodSet, active: &[&Pod]) -> Plan {
+pub fn plan(ps: &PodSet, active: &[&SlimPod]) -> Plan {
     let want = usize::try_from(ps.spec.replicas.max(0)).unwrap_or(0);
     let have = active.len();
     if have < want {
@@ -125,7 +119,7 @@ pub fn plan(ps: &PodSet, active: &[&Pod]) -> Plan {
             delete: Vec::new(),
         };
     }
-    let mut victims: Vec<&Pod> = active.to_vec();
+    let mut victims: Vec<&SlimPod> = active.to_vec();
     victims.sort_by(|a, b| {
         is_pending(b)
             .cmp(&is_pending(a))
@@ -170,7 +164,7 @@ mod tests {
         ps
     }
 
-    fn pod(name: &str, phase: &str, ready: bool, created: i64) -> Pod {
+    fn pod(name: &str, phase: &str, ready: bool, created: i64) -> SlimPod {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -188,6 +182,7 @@ mod tests {
                 ..PodStatus::default()
             }),
         }
+        .into()
     }
 
     fn t(s: i64) -> jiff::Timestamp {

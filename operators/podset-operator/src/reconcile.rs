@@ -19,9 +19,10 @@ use kube::{
 };
 use shared::{
     Scope, Toolkit,
-    apply::{is_controlled_by, is_subset, namespace_terminating, owner_reference},
+    apply::{is_controlled_by, namespace_terminating, owner_reference},
     conditions,
     namespaces::ScopedStores,
+    slim::SlimPod,
     status::publish_status,
 };
 
@@ -62,8 +63,8 @@ impl shared::ReconcileError for Error {
 pub struct Context {
     /// Client, events, metrics.
     pub toolkit: Toolkit,
-    /// The pod caches, one per watched scope.
-    pub pods: ScopedStores<Pod>,
+    /// The pod caches, one per watched scope (only what reconciles read: [`SlimPod`]).
+    pub pods: ScopedStores<SlimPod>,
     /// Pod creates/deletes in flight.
     pub expectations: Arc<Expectations>,
     /// Pods of ours that left the label-selected watch without being deleted.
@@ -97,10 +98,7 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// label is caught as it leaves the watch ([`Strays`]) and relabelled.
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
     let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
-    let (pods, pod_events) = scope.reflect_trimmed::<Pod>(
-        watcher::Config::default().labels(&selector),
-        shared::namespaces::trim_pod,
-    );
+    let (pods, pod_events) = scope.reflect::<SlimPod>(watcher::Config::default().labels(&selector));
     ctx.pods.insert(scope, pods.clone());
     let (expectations, strays) = (ctx.expectations.clone(), ctx.strays.clone());
     let pod_events = pod_events.inspect(move |event| {
@@ -110,7 +108,7 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
                 .iter()
                 .find(|r| r.controller == Some(true))
         {
-            let terminating = pod.metadata.deletion_timestamp.is_some();
+            let terminating = pod.deletion_timestamp().is_some();
             expectations.observe(&owner.uid, &pod.name_any(), terminating);
             // The reflector has applied the event: a pod missing from the store that is
             // not being deleted stopped matching the selector.
@@ -175,7 +173,7 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
         Some(p) if p.metadata.deletion_timestamp.is_some() => Cached::Terminating,
         Some(_) => Cached::Present,
     };
-    let active: Vec<&Pod> = owned
+    let active: Vec<&SlimPod> = owned
         .iter()
         .map(AsRef::as_ref)
         .chain(returned.iter())
@@ -272,10 +270,10 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
 async fn relabel_strays(
     ps: &PodSet,
     uid: &str,
-    owned: &[Arc<Pod>],
+    owned: &[Arc<SlimPod>],
     api: &Api<Pod>,
     ctx: &Context,
-) -> Result<Vec<Pod>, Error> {
+) -> Result<Vec<SlimPod>, Error> {
     let mut returned = Vec::new();
     for name in ctx.strays.of(uid) {
         if owned.iter().any(|p| p.name_any() == name) {
@@ -288,7 +286,7 @@ async fn relabel_strays(
         {
             tracing::info!(pod = %name, "relabelling a pod of ours that lost its labels");
             if let Some(pod) = apply_labels(ps, &name, api, ctx.toolkit.operator.name).await? {
-                returned.push(pod);
+                returned.push(SlimPod::from(pod));
             }
         }
         ctx.strays.handled(uid, &name);
@@ -327,14 +325,14 @@ async fn apply_labels(
 /// whose labels drifted.
 async fn repair_labels(
     ps: &PodSet,
-    active: &[&Pod],
+    active: &[&SlimPod],
     api: &Api<Pod>,
     manager: &str,
 ) -> Result<(), Error> {
-    let want = serde_json::json!({ "metadata": { "labels": desired::pod_labels(ps) } });
+    let want = desired::pod_labels(ps);
     for pod in active {
-        let actual = serde_json::to_value(pod).unwrap_or_default();
-        if is_subset(&want, &actual) {
+        let labels = pod.labels();
+        if want.iter().all(|(k, v)| labels.get(k) == Some(v)) {
             continue;
         }
         tracing::info!(pod = %pod.name_any(), "restoring edited pod labels");

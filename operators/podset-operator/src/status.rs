@@ -1,9 +1,9 @@
 //! The status that describes what a reconcile observed of a PodSet's pods, and which of
 //! its conditions are announced with events. Pure; unit-tested below.
 
-use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Condition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use shared::{conditions::Conditions, conditions::HasConditions, events::Announce};
+use shared::{conditions::Conditions, conditions::HasConditions, events::Announce, slim::SlimPod};
 
 use crate::{
     api::{PodSet, PodSetStatus},
@@ -32,7 +32,7 @@ impl HasConditions for PodSetStatus {
 #[must_use]
 pub fn status(
     ps: &PodSet,
-    active: &[&Pod],
+    active: &[&SlimPod],
     writes_pending: bool,
     create_error: Option<&str>,
     now: jiff::Timestamp,
@@ -40,13 +40,7 @@ pub fn status(
     let generation = ps.metadata.generation;
     let want = ps.spec.replicas.max(0);
     let replicas = i32::try_from(active.len()).unwrap_or(i32::MAX);
-    let ready = i32::try_from(
-        active
-            .iter()
-            .filter(|p| shared::conditions::pod_ready(p))
-            .count(),
-    )
-    .unwrap_or(i32::MAX);
+    let ready = i32::try_from(active.iter().filter(|p| p.ready()).count()).unwrap_or(i32::MAX);
     let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
     pod_names.sort();
 
@@ -108,7 +102,7 @@ mod tests {
     use super::*;
     use crate::api::PodSetSpec;
     use k8s_openapi::{
-        api::core::v1::{PodCondition, PodStatus},
+        api::core::v1::{Pod, PodCondition, PodStatus},
         apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
     };
     use shared::{
@@ -130,7 +124,7 @@ mod tests {
         ps
     }
 
-    fn pod(name: &str, phase: &str, ready: bool) -> Pod {
+    fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -147,6 +141,7 @@ mod tests {
                 ..PodStatus::default()
             }),
         }
+        .into()
     }
 
     fn t(s: i64) -> jiff::Timestamp {
