@@ -27,7 +27,7 @@ use shared::{
     events::Announce,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
-    slim::SlimPod,
+    slim::{Slim, SlimPod},
     status::publish_status,
 };
 
@@ -77,10 +77,10 @@ impl shared::ReconcileError for Error {
 pub struct Context {
     /// Client, events, metrics.
     pub toolkit: Toolkit,
-    /// The operator's Deployments, one cache per watched scope.
-    pub deployments: ScopedStores<Deployment>,
-    /// The operator's Services, one cache per watched scope.
-    pub services: ScopedStores<Service>,
+    /// The operator's Deployments, one cache per watched scope (compact: [`Slim`]).
+    pub deployments: ScopedStores<Slim<Deployment>>,
+    /// The operator's Services, one cache per watched scope (compact: [`Slim`]).
+    pub services: ScopedStores<Slim<Service>>,
     /// The memcached pods, one cache per watched scope (only what reconciles read:
     /// [`SlimPod`]).
     pub pods: ScopedStores<SlimPod>,
@@ -112,9 +112,9 @@ impl Context {
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     let ours = watcher::Config::default()
         .labels(&format!("app.kubernetes.io/managed-by={}", OPERATOR.name));
-    let (deployments, deployment_events) = scope.reflect::<Deployment>(ours.clone());
+    let (deployments, deployment_events) = scope.reflect::<Slim<Deployment>>(ours.clone());
     ctx.deployments.insert(scope, deployments);
-    let (services, service_events) = scope.reflect::<Service>(ours);
+    let (services, service_events) = scope.reflect::<Slim<Service>>(ours);
     ctx.services.insert(scope, services);
     // Only the pods' metadata, phase and conditions are read (`status.nodes`, readiness).
     let (pods, pod_events) =
@@ -174,13 +174,14 @@ async fn write_child<K>(
     api: &Api<K>,
     manager: &str,
     desired: &K,
-    cached: Option<Arc<K>>,
+    cached: Option<Arc<Slim<K>>>,
     owner: &OwnerReference,
 ) -> Result<Child<K>, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
     let name = desired.name_any();
+    let cached = cached.map(|c| c.full()).transpose()?.map(Arc::new);
     let cached = match claim(api, &name, cached, owner).await? {
         Claim::Free => None,
         Claim::Ours(existing) => Some(existing),
@@ -287,11 +288,15 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let mc = &fresh;
-    let deployment = ctx.deployments.find(&ns, &name);
+    let deployment = ctx
+        .deployments
+        .find(&ns, &name)
+        .map(|d| d.full())
+        .transpose()?;
     update_status(
         mc,
         ctx,
-        deployment.as_deref(),
+        deployment.as_ref(),
         Some(&Problem::Finalizing),
         &ns,
         &status::ANNOUNCED_FINALIZING,
