@@ -2,46 +2,14 @@
 //! builds them exactly as `kubectl apply -k` would) and running kubectl with its
 //! warnings captured.
 
-use crate::{kubectl, target_dir, unique_suffix};
+use crate::{kubectl_runner, target_dir, unique_suffix};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-/// What one kubectl run printed.
-#[derive(Debug, Clone)]
-pub struct KubectlOutput {
-    /// Whether it exited 0.
-    pub success: bool,
-    /// Its stdout.
-    pub stdout: String,
-    /// Its stderr.
-    pub stderr: String,
-}
-
-impl KubectlOutput {
-    /// The `Warning: ...` lines kubectl printed (the API server's warnings, among them
-    /// Pod Security's `would violate PodSecurity`).
-    pub fn warnings(&self) -> Vec<&str> {
-        self.stderr
-            .lines()
-            .filter(|l| l.trim_start().starts_with("Warning:"))
-            .collect()
-    }
-
-    /// Fails unless it exited 0 without a single warning.
-    pub fn clean(&self, what: &str) -> Result<&Self> {
-        if !self.success {
-            bail!("{what} failed:\n{}", self.stderr.trim());
-        }
-        let warnings = self.warnings();
-        if !warnings.is_empty() {
-            bail!("{what} printed warnings:\n{}", warnings.join("\n"));
-        }
-        Ok(self)
-    }
-}
+pub use xtask::kubectl::KubectlOutput;
 
 /// Runs kubectl with `args`, capturing stdout and stderr whatever the exit status.
 pub fn kubectl_capture<I, S>(args: I) -> Result<KubectlOutput>
@@ -49,12 +17,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let out = kubectl().args(args).output().context("running kubectl")?;
-    Ok(KubectlOutput {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
+    kubectl_runner().capture(args)
 }
 
 /// Parses a stream of JSON documents (`kubectl create -o json` prints one per object),

@@ -19,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
+use xtask::kubectl::Kubectl;
 
 /// Options of `cargo xtask deploy`.
 #[derive(clap::Args)]
@@ -74,29 +75,25 @@ pub fn use_kubeconfig(path: &Path) {
 
 /// The cluster's own kubectl when it was built, else `kubectl` on PATH; with
 /// no kubeconfig anywhere, the local cluster's.
-fn kubectl() -> Command {
-    let program = cluster::build::kubectl()
-        .ok()
-        .filter(|p| cmd::is_executable(p))
-        .unwrap_or_else(|| "kubectl".into());
-    let mut c = Command::new(program);
+fn target_kubectl() -> Kubectl {
+    let kubectl = Kubectl::new(cluster::build::kubectl_or_path());
     if let Some(path) = KUBECONFIG.get() {
-        c.env("KUBECONFIG", path);
-        return c;
+        return kubectl.with_kubeconfig(path);
     }
     let has_env = std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty());
     let default = std::env::var_os("HOME").map(|h| Path::new(&h).join(".kube/config"));
     if !has_env && !default.is_some_and(|d| d.exists()) {
         let layout = cluster::Layout::new();
         if cluster::is_up(&layout) {
-            c.env("KUBECONFIG", layout.kubeconfig());
+            return kubectl.with_kubeconfig(layout.kubeconfig());
         }
     }
-    c
+    kubectl
 }
 
 fn current_context() -> Result<String> {
-    Ok(cmd::output(kubectl().args(["config", "current-context"]))?
+    Ok(target_kubectl()
+        .output(["config", "current-context"])?
         .trim()
         .to_owned())
 }
@@ -181,14 +178,15 @@ pub fn workload_image(operator: &str) -> Option<(&'static str, &'static str)> {
 /// The local cluster's registry when kubectl talks to the local cluster and
 /// its real node runs: images pushed there run on that node.
 pub fn local_registry() -> Option<&'static str> {
-    let server = cmd::output(kubectl().args([
-        "config",
-        "view",
-        "--minify",
-        "-o",
-        "jsonpath={.clusters[0].cluster.server}",
-    ]))
-    .ok()?;
+    let server = target_kubectl()
+        .output([
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ])
+        .ok()?;
     (server.trim() == cluster::API_SERVER && cluster::node::registry_ready())
         .then_some(cluster::node::REGISTRY)
 }
@@ -328,7 +326,7 @@ fn documents(yaml: &str) -> Result<Vec<Value>> {
 }
 
 fn kustomize(dir: &Path) -> Result<Vec<Value>> {
-    documents(&cmd::output(kubectl().arg("kustomize").arg(dir))?)
+    documents(&target_kubectl().output(["kustomize".as_ref(), dir.as_os_str()])?)
 }
 
 /// The namespace-scoped resources: the operator's ClusterRole rules as a Role
@@ -493,9 +491,9 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         // The end-to-end tests may have sent this namespace's pods to the
         // simulated nodes: this deployment runs for real.
         let system = format!("{operator}-system");
-        if cmd::succeeds(kubectl().args(["get", "namespace", &system])) {
-            let mut annotate = kubectl();
-            annotate.args(["annotate", "namespace", &system, "--overwrite"]);
+        if target_kubectl().succeeds(["get", "namespace", &system]) {
+            let mut annotate =
+                target_kubectl().with_args(["annotate", "namespace", &system, "--overwrite"]);
             for (key, _) in xtask::simulated::NAMESPACE_ANNOTATIONS {
                 annotate.arg(format!("{key}-"));
             }
@@ -526,20 +524,20 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
     if let Some(namespaces) = &args.namespaced {
         // The CRD is cluster-scoped: not part of the namespaced install.
         cmd::run(
-            kubectl()
-                .args(["apply", "--server-side", "-f"])
+            target_kubectl()
+                .with_args(["apply", "--server-side", "-f"])
                 .arg(deploy_dir.join("crd.yaml")),
         )?;
         // Watched namespaces are the user's: created when missing, never deleted.
         for ns in namespaces {
-            if !cmd::succeeds(kubectl().args(["get", "namespace", ns])) {
-                cmd::run(kubectl().args(["create", "namespace", ns]))?;
+            if !target_kubectl().succeeds(["get", "namespace", ns]) {
+                target_kubectl().run(["create", "namespace", ns])?;
             }
         }
     }
     cmd::run(
-        kubectl()
-            .args([
+        target_kubectl()
+            .with_args([
                 "apply",
                 "--server-side",
                 "--force-conflicts",
@@ -548,14 +546,14 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
             ])
             .arg(&dir),
     )?;
-    cmd::run(kubectl().args([
+    target_kubectl().run([
         "rollout",
         "status",
         &format!("deployment/{operator}"),
         "-n",
         &format!("{operator}-system"),
         "--timeout=180s",
-    ]))?;
+    ])?;
     println!("deploy: {operator} is rolled out");
     Ok(())
 }
@@ -579,21 +577,21 @@ pub fn undeploy(operator: &str) -> Result<()> {
         crd["spec"]["names"]["plural"].as_str().unwrap_or_default(),
         crd["spec"]["group"].as_str().unwrap_or_default()
     );
-    if cmd::succeeds(kubectl().args(["get", "crd", &resource])) {
+    if target_kubectl().succeeds(["get", "crd", &resource]) {
         println!("undeploy: deleting every {resource} and waiting for their finalizers");
-        cmd::run(kubectl().args([
+        target_kubectl().run([
             "delete",
             &resource,
             "--all",
             "--all-namespaces",
             "--wait=true",
             "--timeout=120s",
-        ]))?;
+        ])?;
     }
     println!("undeploy: deleting what {} describes", dir.display());
     cmd::run(
-        kubectl()
-            .args(["delete", "--ignore-not-found", "-k"])
+        target_kubectl()
+            .with_args(["delete", "--ignore-not-found", "-k"])
             .arg(&dir),
     )?;
     Ok(())
@@ -614,7 +612,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .join(operator)
         .join("crd.yaml");
     if crd.exists() {
-        cmd::run(kubectl().args(["apply", "--server-side", "-f"]).arg(&crd))?;
+        cmd::run(
+            target_kubectl()
+                .with_args(["apply", "--server-side", "-f"])
+                .arg(&crd),
+        )?;
     } else {
         // No deploy tree yet: install what the code generates.
         crds::build_operators(&[operator])?;
@@ -623,18 +625,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
         let file = generated_dir(operator).join("crd.yaml");
         std::fs::create_dir_all(generated_dir(operator))?;
         std::fs::write(&file, generated)?;
-        cmd::run(kubectl().args(["apply", "--server-side", "-f"]).arg(&file))?;
+        cmd::run(
+            target_kubectl()
+                .with_args(["apply", "--server-side", "-f"])
+                .arg(&file),
+        )?;
     }
     let mut cargo = Command::new(env!("CARGO"));
     cargo
         .current_dir(paths::repo_root())
         .args(["run", "-p", operator, "--", "run"])
         .args(&args.args);
-    if let Some(kubeconfig) = kubectl()
-        .get_envs()
-        .find(|(k, _)| *k == "KUBECONFIG")
-        .and_then(|(_, v)| v)
-    {
+    let kubectl = target_kubectl();
+    if let Some(kubeconfig) = kubectl.kubeconfig() {
         cargo.env("KUBECONFIG", kubeconfig);
     }
     cmd::run(&mut cargo).context("the operator stopped")

@@ -20,6 +20,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use xtask::kubectl::Kubectl;
 
 /// The API server's URL.
 pub const API_SERVER: &str = "https://127.0.0.1:16443";
@@ -159,6 +160,10 @@ impl Layout {
     /// The admin kubeconfig.
     pub fn kubeconfig(&self) -> PathBuf {
         self.root.join("admin.kubeconfig")
+    }
+    /// The cluster's own kubectl with the admin kubeconfig.
+    pub fn kubectl(&self) -> Result<Kubectl> {
+        Ok(Kubectl::new(build::kubectl()?).with_kubeconfig(self.kubeconfig()))
     }
     fn config(&self, name: &str) -> PathBuf {
         self.root.join("config").join(name)
@@ -537,21 +542,15 @@ fn wait_started(layout: &Layout, p: Process) -> Result<()> {
 /// (`/readyz` alone can pass while its storage client is still backing off).
 fn wait_api_serves(layout: &Layout, timeout: Duration) -> bool {
     cmd::wait_until(timeout, || {
-        kubectl(layout).is_ok_and(|mut c| {
-            cmd::succeeds(c.args([
+        layout.kubectl().is_ok_and(|k| {
+            k.succeeds([
                 "get",
                 "--raw",
                 "/api/v1/namespaces/default",
                 "--request-timeout=3s",
-            ]))
+            ])
         })
     })
-}
-
-fn kubectl(layout: &Layout) -> Result<Command> {
-    let mut c = Command::new(build::kubectl()?);
-    c.env("KUBECONFIG", layout.kubeconfig());
-    Ok(c)
 }
 
 fn register_nodes(layout: &Layout, real_node: bool) -> Result<()> {
@@ -587,8 +586,9 @@ metadata:
     let path = layout.config("nodes.yaml");
     std::fs::write(&path, manifest)?;
     cmd::output(
-        kubectl(layout)?
-            .args([
+        layout
+            .kubectl()?
+            .with_args([
                 "apply",
                 "--server-side",
                 "--field-manager=xtask-cluster",
@@ -601,26 +601,28 @@ metadata:
 }
 
 fn wait_cluster_ready(layout: &Layout) -> Result<()> {
-    cmd::output(kubectl(layout)?.args([
-        "wait",
-        "--for=condition=Ready",
-        "node",
-        "-l",
-        "type=kwok",
-        "--timeout=120s",
-    ]))
-    .with_context(|| {
-        format!(
-            "the simulated nodes did not become Ready; see {}",
-            layout.log(Process::Kwok).display()
-        )
-    })?;
+    layout
+        .kubectl()?
+        .output([
+            "wait",
+            "--for=condition=Ready",
+            "node",
+            "-l",
+            "type=kwok",
+            "--timeout=120s",
+        ])
+        .with_context(|| {
+            format!(
+                "the simulated nodes did not become Ready; see {}",
+                layout.log(Process::Kwok).display()
+            )
+        })?;
     // Pods need their namespace's `default` ServiceAccount, which the
     // controller manager creates: wait for it so tests can start at once.
     let ok = cmd::wait_until(Duration::from_secs(60), || {
-        kubectl(layout).is_ok_and(|mut c| {
-            cmd::succeeds(c.args(["get", "serviceaccount", "default", "-n", "default"]))
-        })
+        layout
+            .kubectl()
+            .is_ok_and(|k| k.succeeds(["get", "serviceaccount", "default", "-n", "default"]))
     });
     if !ok {
         bail!(

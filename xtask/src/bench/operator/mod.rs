@@ -49,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use xtask::kubectl::Kubectl;
 use xtask::requests;
 
 /// Options of `cargo xtask bench operator`.
@@ -324,14 +325,8 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
 }
 
 /// kubectl (the cluster's own when built) with the admin kubeconfig.
-fn kubectl(kubeconfig: &Path) -> Command {
-    let program = cluster::build::kubectl()
-        .ok()
-        .filter(|p| cmd::is_executable(p))
-        .unwrap_or_else(|| "kubectl".into());
-    let mut c = Command::new(program);
-    c.env("KUBECONFIG", kubeconfig);
-    c
+fn admin_kubectl(kubeconfig: &Path) -> Kubectl {
+    Kubectl::new(cluster::build::kubectl_or_path()).with_kubeconfig(kubeconfig)
 }
 
 /// `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
@@ -340,16 +335,16 @@ fn install(op: Operator, kubeconfig: &Path) -> Result<()> {
     // The operator runs here as a local process: the tree's own Deployment only needs
     // admitting, on the simulated nodes (on the real node its image would not be there).
     let system = format!("{}-system", op.crate_name());
-    let _ = cmd::output(kubectl(kubeconfig).args(["create", "namespace", &system]));
-    let mut annotate = kubectl(kubeconfig);
-    annotate.args(["annotate", "namespace", &system, "--overwrite"]);
+    let kubectl = admin_kubectl(kubeconfig);
+    let _ = kubectl.output(["create", "namespace", &system]);
+    let mut annotate = kubectl.with_args(["annotate", "namespace", &system, "--overwrite"]);
     for (key, value) in xtask::simulated::NAMESPACE_ANNOTATIONS {
         annotate.arg(format!("{key}={value}"));
     }
     cmd::output(&mut annotate)?;
     cmd::output(
-        kubectl(kubeconfig)
-            .args([
+        kubectl
+            .with_args([
                 "apply",
                 "--server-side",
                 "--force-conflicts",
@@ -359,8 +354,8 @@ fn install(op: Operator, kubeconfig: &Path) -> Result<()> {
             .arg(&dir),
     )?;
     cmd::output(
-        kubectl(kubeconfig)
-            .args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
+        kubectl
+            .with_args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
             .arg(dir.join("crd.yaml")),
     )?;
     Ok(())
@@ -369,14 +364,14 @@ fn install(op: Operator, kubeconfig: &Path) -> Result<()> {
 /// A kubeconfig with a fresh token of the operator's ServiceAccount.
 fn service_account_kubeconfig(op: Operator, admin: &Path) -> Result<PathBuf> {
     let (name, namespace) = (op.crate_name(), format!("{}-system", op.crate_name()));
-    let token = cmd::output(kubectl(admin).args([
+    let token = admin_kubectl(admin).output([
         "create",
         "token",
         name,
         "-n",
         &namespace,
         "--duration=2h",
-    ]))?;
+    ])?;
     let config = xtask::kubeconfig::for_service_account(admin, &namespace, name, &token, None)?;
     let dir = out_dir()?.join("logs");
     fs::create_dir_all(&dir)?;
