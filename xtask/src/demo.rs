@@ -20,13 +20,13 @@ use crate::crds::OPERATORS;
 use crate::deploy;
 use crate::paths;
 use anyhow::{Context, Result, bail};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use xtask::kubectl::Kubectl;
+use xtask::process_group;
 
 /// The namespace the samples go to.
 const NAMESPACE: &str = "demo";
@@ -51,9 +51,7 @@ struct Processes(Vec<(String, Child)>);
 impl Drop for Processes {
     fn drop(&mut self) {
         for (name, child) in &mut self.0 {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
+            process_group::signal_process(child.id(), "TERM");
             if !cmd::wait_until(Duration::from_secs(10), || {
                 child.try_wait().ok().flatten().is_some()
             }) {
@@ -154,21 +152,21 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         let sa_config = service_account_kubeconfig(kubeconfig, op, &state)?;
         let log = std::fs::File::create(state.join(format!("{op}.log")))?;
         let port = 18_480 + u16::try_from(i).unwrap_or(0) * 2;
-        let child = Command::new(paths::target_dir().join("debug").join(op))
-            .arg("run")
-            .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
-            .arg(format!(
-                "--health-probe-bind-address=127.0.0.1:{}",
-                port + 1
-            ))
-            .env("KUBECONFIG", &sa_config)
-            .env("WATCH_NAMESPACE", NAMESPACE)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {op}"))?;
+        let child = process_group::spawn(
+            Command::new(paths::target_dir().join("debug").join(op))
+                .arg("run")
+                .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+                .arg(format!(
+                    "--health-probe-bind-address=127.0.0.1:{}",
+                    port + 1
+                ))
+                .env("KUBECONFIG", &sa_config)
+                .env("WATCH_NAMESPACE", NAMESPACE)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log),
+        )
+        .with_context(|| format!("starting {op}"))?;
         processes.0.push(((*op).to_owned(), child));
     }
 
@@ -195,15 +193,15 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         "jsonpath={.items[0].status.greeting}",
     ])?;
     let log = std::fs::File::create(state.join("lolcow-web.log"))?;
-    let web = Command::new(paths::target_dir().join("debug").join("lolcow-web"))
-        .args(["--listen", "127.0.0.1", "--port", &LOLCOW_PORT.to_string()])
-        .env("GREETING", greeting.trim())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("starting lolcow-web")?;
+    let web = process_group::spawn(
+        Command::new(paths::target_dir().join("debug").join("lolcow-web"))
+            .args(["--listen", "127.0.0.1", "--port", &LOLCOW_PORT.to_string()])
+            .env("GREETING", greeting.trim())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log),
+    )
+    .context("starting lolcow-web")?;
     processes.0.push(("lolcow-web".into(), web));
     let url = format!("http://127.0.0.1:{LOLCOW_PORT}/");
     let served = cmd::wait_until(Duration::from_secs(20), || {

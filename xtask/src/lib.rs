@@ -10,5 +10,6 @@ pub mod kubectl;
 pub mod node_ports;
 pub mod operators;
 pub mod paths;
+pub mod process_group;
 pub mod requests;
 pub mod simulated;

@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+use xtask::process_group;
 
 /// The Pulsar release that is assembled and run. Keep it in step with
 /// `pulsar.version` in `xtask/pulsar/pom.xml` (it is also passed to Maven
@@ -148,7 +149,7 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
     let _lock = Lock::acquire(&dirs.state.join("up.lock"))?;
 
     if let Some(state) = State::read(&dirs)? {
-        if process_alive(state.pid) && is_our_broker(state.pid) {
+        if process_group::alive(state.pid) && is_our_broker(state.pid) {
             if state.ports.broker != opts.broker_port || state.ports.web != opts.web_port {
                 bail!(
                     "a Pulsar broker started earlier is running with broker port {} and web port {} \
@@ -278,19 +279,14 @@ fn start(dirs: &Dirs, ports: Ports, fresh_data: bool) -> Result<PulsarInfo> {
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
-    {
-        use std::os::unix::process::CommandExt;
-        // Own process group: Ctrl-C on xtask does not reach it, and `down`
-        // can signal everything it started at once.
-        cmd.process_group(0);
-    }
     println!(
         "pulsar: starting broker {PULSAR_VERSION} (log: {})",
         log_path.display()
     );
     let started = Instant::now();
-    let mut child = cmd
-        .spawn()
+    // Own process group: Ctrl-C on xtask does not reach it, and `down`
+    // can signal everything it started at once.
+    let mut child = process_group::spawn(&mut cmd)
         .with_context(|| format!("starting {java}; is Java installed? ({INSTALL_HINT})"))?;
     let pid = child.id();
     State { pid, ports }.write(dirs)?;
@@ -323,7 +319,7 @@ pub fn restart() -> Result<PulsarInfo> {
     let _lock = Lock::acquire(&dirs.state.join("up.lock"))?;
     let ports = match State::read(&dirs)? {
         Some(state) => {
-            if process_alive(state.pid) && is_our_broker(state.pid) {
+            if process_group::alive(state.pid) && is_our_broker(state.pid) {
                 println!(
                     "pulsar: stopping broker (pid {}), keeping its data",
                     state.pid
@@ -350,7 +346,7 @@ pub fn is_running() -> bool {
     let Ok(dirs) = Dirs::new() else {
         return false;
     };
-    matches!(State::read(&dirs), Ok(Some(state)) if process_alive(state.pid) && is_our_broker(state.pid))
+    matches!(State::read(&dirs), Ok(Some(state)) if process_group::alive(state.pid) && is_our_broker(state.pid))
 }
 
 /// Stops the broker started by [`up`] and deletes its data.
@@ -362,7 +358,7 @@ pub fn is_running() -> bool {
 pub fn down() -> Result<()> {
     let dirs = Dirs::new()?;
     match State::read(&dirs)? {
-        Some(state) if process_alive(state.pid) && is_our_broker(state.pid) => {
+        Some(state) if process_group::alive(state.pid) && is_our_broker(state.pid) => {
             println!("pulsar: stopping broker (pid {})", state.pid);
             stop_group(state.pid)?;
         }
@@ -382,7 +378,7 @@ pub fn status() -> Result<()> {
     let dirs = Dirs::new()?;
     let log = dirs.log();
     match State::read(&dirs)? {
-        Some(state) if process_alive(state.pid) && is_our_broker(state.pid) => {
+        Some(state) if process_group::alive(state.pid) && is_our_broker(state.pid) => {
             let info = PulsarInfo::new(&state.ports, log);
             let serving = if serving(&state.ports) {
                 "serving"
@@ -473,10 +469,10 @@ struct State {
 
 impl State {
     fn read(dirs: &Dirs) -> Result<Option<Self>> {
-        let Ok(pid) = fs::read_to_string(dirs.pid_file()) else {
+        if !dirs.pid_file().exists() {
             return Ok(None);
-        };
-        let Ok(pid) = pid.trim().parse::<u32>() else {
+        }
+        let Some(pid) = process_group::read_pid(&dirs.pid_file()) else {
             State::remove(dirs);
             return Ok(None);
         };
@@ -509,8 +505,7 @@ impl State {
             format!("broker={}\nweb={}\nbookie={}\n", p.broker, p.web, p.bookie),
         )
         .with_context(|| format!("writing {}", dirs.ports_file().display()))?;
-        fs::write(dirs.pid_file(), format!("{}\n", self.pid))
-            .with_context(|| format!("writing {}", dirs.pid_file().display()))
+        process_group::write_pid(&dirs.pid_file(), self.pid)
     }
 
     fn remove(dirs: &Dirs) {
@@ -539,7 +534,7 @@ impl Lock {
                         .ok()
                         .and_then(|s| s.trim().parse::<u32>().ok());
                     match owner {
-                        Some(pid) if process_alive(pid) => {}
+                        Some(pid) if process_group::alive(pid) => {}
                         // Dead owner, or the owner has not written its pid
                         // yet: only take over a lock that is a few seconds old.
                         _ => {
@@ -796,7 +791,7 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
                 .try_wait()
                 .context("checking the broker process")?
                 .map(|s| s.to_string()),
-            None => (!process_alive(pid)).then(|| "exited".to_string()),
+            None => (!process_group::alive(pid)).then(|| "exited".to_string()),
         };
         if let Some(how) = exited {
             eprintln!("{}", tail(&dirs.log(), 60));
@@ -875,24 +870,6 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 // Processes
 // ---------------------------------------------------------------------------
 
-/// Whether `pid` is a live process (zombies count as dead).
-fn process_alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) if Path::new("/proc/self").exists() => false,
-        // No procfs: ask kill(1).
-        Err(_) => Command::new("kill")
-            .args(["-0", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success()),
-    }
-}
-
 /// Guards against a recycled pid: the process must be our standalone broker.
 fn is_our_broker(pid: u32) -> bool {
     match fs::read(format!("/proc/{pid}/cmdline")) {
@@ -901,72 +878,25 @@ fn is_our_broker(pid: u32) -> bool {
     }
 }
 
-/// Whether any process of process group `pgid` is still alive.
-fn group_alive(pgid: u32) -> bool {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return process_alive(pgid);
-    };
-    entries.flatten().any(|e| {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            return false;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // Fields after the command name: state, ppid, pgrp, ...
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        fields.len() > 2
-            && fields[0] != "Z"
-            && fields[0] != "X"
-            && fields[2].parse::<u32>().ok() == Some(pgid)
-    })
-}
-
 /// SIGTERM to process group `pgid`, up to [`STOP_TIMEOUT`] to exit, then
 /// SIGKILL. The group was created by `up` with the broker as its leader, so
 /// its id is the broker's pid.
 fn stop_group(pgid: u32) -> Result<()> {
-    if pgid <= 1 || !group_alive(pgid) {
-        return Ok(());
-    }
-    signal_group("TERM", pgid)?;
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while Instant::now() < deadline {
-        if !group_alive(pgid) {
-            return Ok(());
-        }
-        sleep(Duration::from_millis(200));
-    }
-    println!(
-        "pulsar: broker did not stop within {}s; killing it",
-        STOP_TIMEOUT.as_secs()
-    );
-    signal_group("KILL", pgid)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if !group_alive(pgid) {
-            return Ok(());
-        }
-        sleep(Duration::from_millis(100));
-    }
-    bail!("process group {pgid} is still alive after SIGKILL")
-}
-
-fn signal_group(signal: &str, pgid: u32) -> Result<()> {
-    // `kill -s SIG -- -PGID` signals the whole group; failing because the
-    // group vanished in the meantime is fine.
-    let status = Command::new("kill")
-        .args(["-s", signal, "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status()
-        .context("running kill(1)")?;
-    if !status.success() && group_alive(pgid) {
-        bail!("`kill -s {signal} -- -{pgid}` failed ({status})");
-    }
-    Ok(())
+    let grace = process_group::Grace {
+        term: STOP_TIMEOUT,
+        kill: Duration::from_secs(10),
+    };
+    process_group::stop(
+        pgid,
+        grace,
+        || process_group::group_alive(pgid),
+        || {
+            println!(
+                "pulsar: broker did not stop within {}s; killing it",
+                STOP_TIMEOUT.as_secs()
+            );
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------

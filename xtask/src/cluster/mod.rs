@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use xtask::kubectl::Kubectl;
+use xtask::process_group;
 
 /// The API server's URL.
 pub const API_SERVER: &str = "https://127.0.0.1:16443";
@@ -171,11 +172,7 @@ impl Layout {
 
     /// The pid of `p` if it runs (and really is our binary).
     pub fn running_pid(&self, p: Process) -> Option<u32> {
-        let pid: u32 = std::fs::read_to_string(self.pid_file(p))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
+        let pid = process_group::read_pid(&self.pid_file(p))?;
         (is_our_process(pid) || runs_binary(pid, p)).then_some(pid)
     }
 }
@@ -482,15 +479,12 @@ fn start_process(layout: &Layout, p: Process) -> Result<()> {
         .args(process_args(layout, p)?)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
-        // Its own process group: it outlives this command and `down` can stop
-        // it (and anything it spawned) as one.
-        .process_group(0);
-    use std::os::unix::process::CommandExt;
-    let child = command
-        .spawn()
+        .stderr(log);
+    // Its own process group: it outlives this command and `down` can stop
+    // it (and anything it spawned) as one.
+    let child = process_group::spawn(&mut command)
         .with_context(|| format!("starting {}", binary.display()))?;
-    std::fs::write(layout.pid_file(p), child.id().to_string())?;
+    process_group::write_pid(&layout.pid_file(p), child.id())?;
     println!(
         "cluster: started {} (pid {}, log {})",
         p.name(),
@@ -638,20 +632,13 @@ pub fn stop_process(layout: &Layout, p: Process) -> Result<bool> {
     let Some(pid) = layout.running_pid(p) else {
         return Ok(false);
     };
-    signal_group(pid, "TERM");
-    if !cmd::wait_until(Duration::from_secs(15), || !is_our_process(pid)) {
-        signal_group(pid, "KILL");
-        cmd::wait_until(Duration::from_secs(5), || !is_our_process(pid));
-    }
+    let grace = process_group::Grace {
+        term: Duration::from_secs(15),
+        kill: Duration::from_secs(5),
+    };
+    let _ = process_group::stop(pid, grace, || is_our_process(pid), || {});
     let _ = std::fs::remove_file(layout.pid_file(p));
     Ok(true)
-}
-
-fn signal_group(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([&format!("-{signal}"), "--", &format!("-{pid}")])
-        .stderr(Stdio::null())
-        .status();
 }
 
 /// Every process on this machine running one of the cached cluster binaries.
@@ -675,9 +662,7 @@ pub fn down() -> Result<()> {
     }
     for pid in stray_processes() {
         println!("cluster: stopping leftover process {pid}");
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
+        process_group::signal_process(pid, "KILL");
     }
     if node::supported() {
         node::tear_down(&layout);

@@ -699,10 +699,7 @@ fn kill_cgroup_tree(dir: &str) {
     let mut pids = Vec::new();
     collect_cgroup_pids(Path::new(dir), &mut pids);
     for pid in pids {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
+        xtask::process_group::signal_process(pid, "KILL");
     }
 }
 
