@@ -131,39 +131,7 @@ pub fn skip(test: &str, why: &str) -> Result<()> {
 /// the simulated nodes (`simulated`), or to the real node. Pods that already
 /// exist stay where they are.
 pub fn place_namespace(namespace: &str, simulated: bool) -> Result<()> {
-    let exists = kubectl_runner().succeeds(["get", "namespace", namespace]);
-    if !exists {
-        // Another test may create it at the same moment.
-        let _ = kubectl_ok(["create", "namespace", namespace]);
-    }
-    let mut args = vec![
-        "annotate".to_owned(),
-        "namespace".to_owned(),
-        namespace.to_owned(),
-        "--overwrite".to_owned(),
-    ];
-    for (key, value) in xtask::simulated::NAMESPACE_ANNOTATIONS {
-        args.push(if simulated {
-            format!("{key}={value}")
-        } else {
-            format!("{key}-")
-        });
-    }
-    kubectl_ok(args)?;
-    if simulated && exists {
-        // A pod placed on the real node before the namespace was marked simulated (by
-        // `cargo xtask deploy`, or a bench on the same cluster) may never become ready
-        // here: its controller places it again, on a simulated node.
-        let _ = kubectl_ok([
-            "delete",
-            "pods",
-            "-n",
-            namespace,
-            "--field-selector=spec.nodeName=real-node",
-            "--wait=false",
-        ]);
-    }
-    Ok(())
+    xtask::local_operator::place_namespace(&kubectl_runner(), namespace, simulated)
 }
 
 /// Runs kubectl with `args` and returns stdout, failing with its stderr.

@@ -3,7 +3,7 @@
 //! warnings captured.
 
 use crate::{kubectl_runner, target_dir, unique_suffix};
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -20,42 +20,17 @@ where
     kubectl_runner().capture(args)
 }
 
-/// Parses a stream of JSON documents (`kubectl create -o json` prints one per object),
-/// flattening `List`s.
-pub fn parse_objects(text: &str) -> Result<Vec<Value>> {
-    let mut objects = Vec::new();
-    for doc in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-        let doc = doc.context("kubectl printed something that is not JSON")?;
-        match doc.get("items").and_then(Value::as_array) {
-            Some(items) if doc["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
-                objects.extend(items.iter().cloned());
-            }
-            _ => objects.push(doc),
-        }
-    }
-    Ok(objects)
-}
+pub use xtask::kustomize::parse_objects;
 
 /// The objects a kustomization directory builds (`kubectl create -k <dir>
 /// --dry-run=client -o json`: nothing is sent to the cluster).
 pub fn kustomize(dir: &Path) -> Result<Vec<Value>> {
-    objects_of(["-k".as_ref(), dir.as_os_str()])
+    xtask::kustomize::objects(&kubectl_runner(), dir)
 }
 
 /// The objects of one manifest file.
 pub fn manifest_file(path: &Path) -> Result<Vec<Value>> {
-    objects_of(["-f".as_ref(), path.as_os_str()])
-}
-
-fn objects_of<const N: usize>(source: [&OsStr; N]) -> Result<Vec<Value>> {
-    let mut args: Vec<&OsStr> = vec!["create".as_ref(), "--dry-run=client".as_ref()];
-    args.extend(["-o".as_ref(), "json".as_ref() as &OsStr]);
-    args.extend(source);
-    let out = kubectl_capture(&args)?;
-    if !out.success {
-        bail!("kubectl {args:?} failed: {}", out.stderr.trim());
-    }
-    parse_objects(&out.stdout)
+    xtask::kustomize::manifest_file(&kubectl_runner(), path)
 }
 
 /// The objects of `objects` of kind `kind`.

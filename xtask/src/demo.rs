@@ -139,11 +139,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     for (i, op) in OPERATORS.iter().enumerate() {
         println!("demo: installing deploy/{op} and starting {op} with its ServiceAccount's token");
         let tree = paths::repo_root().join("deploy").join(op);
-        cmd::output(
-            kubectl
-                .with_args(["apply", "--server-side", "--force-conflicts", "-k"])
-                .arg(&tree),
-        )?;
+        xtask::kustomize::apply(&kubectl, &tree, None)?;
         cmd::output(
             kubectl
                 .with_args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])

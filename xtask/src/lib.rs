@@ -5,8 +5,11 @@
 //! them; the tests derive the RBAC an operator needs from them).
 
 pub mod cmd;
+pub mod http;
 pub mod kubeconfig;
 pub mod kubectl;
+pub mod kustomize;
+pub mod local_operator;
 pub mod node_ports;
 pub mod operators;
 pub mod paths;

@@ -39,7 +39,7 @@
 
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -804,11 +804,13 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
             stage = "admin API";
             // Poll the tenant first: asking for its namespaces before it
             // exists fills the log with errors.
-            let tenant = http_get(ports.web, "/admin/v2/tenants")
+            let tenant = xtask::http::get(ports.web, "/admin/v2/tenants")
+                .ok()
                 .is_some_and(|(code, body)| code == 200 && body.contains("\"public\""));
             if tenant {
                 stage = "namespace public/default";
-                if http_get(ports.web, "/admin/v2/namespaces/public")
+                if xtask::http::get(ports.web, "/admin/v2/namespaces/public")
+                    .ok()
                     .is_some_and(|(code, body)| code == 200 && body.contains("public/default"))
                 {
                     return Ok(());
@@ -839,31 +841,14 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
 /// Both ports answer, the admin API with a 200 for the cluster list.
 fn serving(ports: &Ports) -> bool {
     port_open(ports.broker)
-        && http_get(ports.web, "/admin/v2/clusters").is_some_and(|(code, _)| code == 200)
+        && xtask::http::get(ports.web, "/admin/v2/clusters")
+            .ok()
+            .is_some_and(|(code, _)| code == 200)
 }
 
 fn port_open(port: u16) -> bool {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
-}
-
-/// A minimal HTTP/1.0 GET on 127.0.0.1: status code and body, or `None`.
-pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
 }
 
 // ---------------------------------------------------------------------------

@@ -31,7 +31,7 @@ mod procfs;
 pub(crate) mod report;
 
 use crate::bench::{Machine, git_commit, out_dir, round3};
-use crate::{cluster, cmd, paths, pulsar};
+use crate::cluster;
 use anyhow::{Context, Result, bail, ensure};
 use clap::{Args, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
@@ -44,12 +44,11 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use xtask::kubectl::Kubectl;
+use xtask::local_operator::{self, Launch, LocalOperator};
 use xtask::requests;
 
 /// Options of `cargo xtask bench operator`.
@@ -308,7 +307,8 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
     let binary = crate::image::build_binary(op.crate_name())?;
     ensure!(binary.is_file(), "{} was not built", binary.display());
     let kubeconfig = cluster::up()?;
-    install(op, &kubeconfig)?;
+    // `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
+    local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
     let sa_kubeconfig = service_account_kubeconfig(op, &kubeconfig)?;
     let result = runtime.block_on(bench(args, &binary, &kubeconfig, &sa_kubeconfig));
     let _ = fs::remove_file(&sa_kubeconfig);
@@ -329,54 +329,20 @@ fn admin_kubectl(kubeconfig: &Path) -> Kubectl {
     Kubectl::new(cluster::build::kubectl_or_path()).with_kubeconfig(kubeconfig)
 }
 
-/// `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
-fn install(op: Operator, kubeconfig: &Path) -> Result<()> {
-    let dir = paths::repo_root().join("deploy").join(op.crate_name());
-    // The operator runs here as a local process: the tree's own Deployment only needs
-    // admitting, on the simulated nodes (on the real node its image would not be there).
-    let system = format!("{}-system", op.crate_name());
-    let kubectl = admin_kubectl(kubeconfig);
-    let _ = kubectl.output(["create", "namespace", &system]);
-    let mut annotate = kubectl.with_args(["annotate", "namespace", &system, "--overwrite"]);
-    for (key, value) in xtask::simulated::NAMESPACE_ANNOTATIONS {
-        annotate.arg(format!("{key}={value}"));
-    }
-    cmd::output(&mut annotate)?;
-    cmd::output(
-        kubectl
-            .with_args([
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager=bench",
-                "-k",
-            ])
-            .arg(&dir),
-    )?;
-    cmd::output(
-        kubectl
-            .with_args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
-            .arg(dir.join("crd.yaml")),
-    )?;
-    Ok(())
-}
-
 /// A kubeconfig with a fresh token of the operator's ServiceAccount.
 fn service_account_kubeconfig(op: Operator, admin: &Path) -> Result<PathBuf> {
-    let (name, namespace) = (op.crate_name(), format!("{}-system", op.crate_name()));
-    let token = admin_kubectl(admin).output([
-        "create",
-        "token",
-        name,
-        "-n",
-        &namespace,
-        "--duration=2h",
-    ])?;
-    let config = xtask::kubeconfig::for_service_account(admin, &namespace, name, &token, None)?;
-    let dir = out_dir()?.join("logs");
-    fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}-{}.kubeconfig", op.name(), std::process::id()));
-    xtask::kubeconfig::write(&config, &path)?;
+    let path =
+        out_dir()?
+            .join("logs")
+            .join(format!("{}-{}.kubeconfig", op.name(), std::process::id()));
+    local_operator::service_account_kubeconfig(
+        &admin_kubectl(admin),
+        &format!("{}-system", op.crate_name()),
+        op.crate_name(),
+        "2h",
+        None,
+        &path,
+    )?;
     Ok(path)
 }
 
@@ -597,12 +563,7 @@ fn spawn_watches(
 // ---------------------------------------------------------------------------
 
 /// The operator under test; SIGTERM (then SIGKILL) when dropped.
-struct OperatorProcess {
-    child: Child,
-    log_path: PathBuf,
-    metrics_port: u16,
-    health_port: u16,
-}
+struct OperatorProcess(LocalOperator);
 
 impl OperatorProcess {
     fn start(
@@ -612,63 +573,47 @@ impl OperatorProcess {
         log_path: &Path,
         env: &[(String, String)],
     ) -> Result<Self> {
-        let metrics_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let health_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let log = fs::File::create(log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = Command::new(binary)
-            .arg("run")
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
-            .arg(format!(
-                "--health-probe-bind-address=127.0.0.1:{health_port}"
-            ))
-            .arg("--log-format=json")
-            .env("KUBECONFIG", kubeconfig)
-            .env("WATCH_NAMESPACE", namespace)
-            .env("RUST_LOG", requests::RUST_LOG)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        Ok(Self {
-            child,
-            log_path: log_path.to_owned(),
-            metrics_port,
-            health_port,
-        })
+        Ok(Self(LocalOperator::spawn(Launch {
+            binary,
+            kubeconfig,
+            watch_namespace: namespace,
+            log_path,
+            args: &[],
+            env,
+        })?))
     }
 
-    fn pid(&self) -> u32 {
-        self.child.id()
+    /// SIGTERM, up to 10 s to exit, then SIGKILL.
+    fn stop(&mut self) {
+        self.0.stop(Duration::from_secs(10));
     }
 
     fn sample(&self) -> Result<procfs::Sample> {
-        procfs::sample(self.pid())
-            .with_context(|| format!("the operator is gone; log: {}", self.log_path.display()))
+        procfs::sample(self.0.pid())
+            .with_context(|| format!("the operator is gone; log: {}", self.0.log_path.display()))
     }
 
     async fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(status) = self.child.try_wait()? {
+            if let Some(status) = self.0.exited() {
                 bail!(
                     "the operator exited ({status}); log: {}",
-                    self.log_path.display()
+                    self.0.log_path.display()
                 );
             }
-            let port = self.health_port;
-            let ok = tokio::task::spawn_blocking(move || pulsar::http_get(port, "/readyz"))
-                .await?
-                .is_some_and(|(code, _)| code == 200);
+            let (port, path) = (self.0.health_port, self.0.log_path.clone());
+            let ok = tokio::task::spawn_blocking(move || {
+                xtask::http::get(port, "/readyz").is_ok_and(|(code, _)| code == 200)
+            })
+            .await?;
             if ok {
                 return Ok(());
             }
             ensure!(
                 Instant::now() < deadline,
                 "the operator was not ready within 60 s; log: {}",
-                self.log_path.display()
+                path.display()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -676,18 +621,18 @@ impl OperatorProcess {
 
     /// The operator's log so far, from byte `from`.
     fn log_from(&self, from: usize) -> String {
-        let text = fs::read(&self.log_path).unwrap_or_default();
-        String::from_utf8_lossy(text.get(from..).unwrap_or_default()).into_owned()
+        self.0.log_from(from)
     }
 
     /// Bytes logged so far (a phase boundary).
     fn log_len(&self) -> usize {
-        fs::metadata(&self.log_path).map_or(0, |m| m.len() as usize)
+        self.0.log_len()
     }
 
     /// `controller_runtime_reconcile_total`, summed over results.
     fn reconciles(&self) -> u64 {
-        pulsar::http_get(self.metrics_port, "/metrics")
+        self.0
+            .metrics()
             .map(|(_, body)| {
                 body.lines()
                     .filter(|l| l.starts_with("controller_runtime_reconcile_total"))
@@ -695,19 +640,6 @@ impl OperatorProcess {
                     .sum::<f64>() as u64
             })
             .unwrap_or(0)
-    }
-
-    fn stop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
