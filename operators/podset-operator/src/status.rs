@@ -107,10 +107,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::api::PodSetSpec;
-    use k8s_openapi::{
-        api::core::v1::{PodCondition, PodStatus},
-        apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
-    };
+    use crate::fixtures::{pod, t};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use shared::{
         conditions::{find, is_true},
         events::announcements,
@@ -128,29 +126,6 @@ mod tests {
         ps.metadata.uid = Some("uid-1".into());
         ps.metadata.generation = Some(3);
         ps
-    }
-
-    fn pod(name: &str, phase: &str, ready: bool) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some(phase.into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
-        }
-    }
-
-    fn t(s: i64) -> jiff::Timestamp {
-        jiff::Timestamp::from_second(s).unwrap()
     }
 
     #[test]
