@@ -8,7 +8,9 @@
 
 use std::{
     collections::VecDeque,
+    future::Future,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
 };
 
 pub use axum::http;
@@ -163,4 +165,39 @@ pub fn toolkit(client: Client, operator: Operator) -> Toolkit {
         operator,
         watch_namespaces: WatchNamespaces::All,
     }
+}
+
+/// Runs `reconcile` on `object` with the context `context` builds around a client that
+/// the scripted server answers with `replies`, and returns the result and the server
+/// (what was asked). Panics when the reconcile does not end within 10 s (a test whose
+/// script is one answer short would otherwise hang).
+pub async fn reconcile_scripted<K, C, T, Fut>(
+    object: K,
+    replies: Vec<Reply>,
+    context: impl FnOnce(Client) -> C,
+    reconcile: impl FnOnce(Arc<K>, Arc<C>) -> Fut,
+) -> (T, Scripted)
+where
+    Fut: Future<Output = T>,
+{
+    let api = Scripted::new(replies);
+    let ctx = Arc::new(context(api.client()));
+    let run = tokio::time::timeout(Duration::from_secs(10), reconcile(Arc::new(object), ctx));
+    match run.await {
+        Ok(result) => (result, api),
+        Err(_) => panic!("the reconcile did not end within 10 s: {:?}", api.lines()),
+    }
+}
+
+/// The (type, reason) of the events created through `api`, in order.
+#[must_use]
+pub fn events(api: &Scripted) -> Vec<(String, String)> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    api.seen()
+        .iter()
+        .filter(|s| {
+            s.line().starts_with("POST /apis/events.k8s.io/v1/") && s.line().ends_with("/events")
+        })
+        .map(|s| (text(&s.body["type"]), text(&s.body["reason"])))
+        .collect()
 }

@@ -31,6 +31,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use xtask::kubectl::Kubectl;
 
 /// How long a test waits for something the cluster does.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -90,16 +91,22 @@ pub fn kubeconfig_path() -> Result<PathBuf> {
     .map_err(|e| anyhow!(e))
 }
 
-/// The kubectl to use: `E2E_KUBECTL`, else the one on PATH.
-pub fn kubectl() -> Command {
+/// The kubectl to use: `E2E_KUBECTL`, else the one on PATH, with the cluster under
+/// test's admin kubeconfig.
+pub fn kubectl_runner() -> Kubectl {
     let program = std::env::var_os("E2E_KUBECTL")
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| "kubectl".into());
-    let mut c = Command::new(program);
-    if let Ok(path) = kubeconfig_path() {
-        c.env("KUBECONFIG", path);
+    let kubectl = Kubectl::new(program);
+    match kubeconfig_path() {
+        Ok(path) => kubectl.with_kubeconfig(path),
+        Err(_) => kubectl,
     }
-    c
+}
+
+/// A [`kubectl_runner`] command, for what its methods do not cover.
+pub fn kubectl() -> Command {
+    kubectl_runner().command()
 }
 
 /// Records that `test` could not run here and why, for `cargo xtask test`
@@ -124,44 +131,7 @@ pub fn skip(test: &str, why: &str) -> Result<()> {
 /// the simulated nodes (`simulated`), or to the real node. Pods that already
 /// exist stay where they are.
 pub fn place_namespace(namespace: &str, simulated: bool) -> Result<()> {
-    let exists = kubectl()
-        .args(["get", "namespace", namespace])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !exists {
-        // Another test may create it at the same moment.
-        let _ = kubectl_ok(["create", "namespace", namespace]);
-    }
-    let mut args = vec![
-        "annotate".to_owned(),
-        "namespace".to_owned(),
-        namespace.to_owned(),
-        "--overwrite".to_owned(),
-    ];
-    for (key, value) in xtask::simulated::NAMESPACE_ANNOTATIONS {
-        args.push(if simulated {
-            format!("{key}={value}")
-        } else {
-            format!("{key}-")
-        });
-    }
-    kubectl_ok(args)?;
-    if simulated && exists {
-        // A pod placed on the real node before the namespace was marked simulated (by
-        // `cargo xtask deploy`, or a bench on the same cluster) may never become ready
-        // here: its controller places it again, on a simulated node.
-        let _ = kubectl_ok([
-            "delete",
-            "pods",
-            "-n",
-            namespace,
-            "--field-selector=spec.nodeName=real-node",
-            "--wait=false",
-        ]);
-    }
-    Ok(())
+    xtask::local_operator::place_namespace(&kubectl_runner(), namespace, simulated)
 }
 
 /// Runs kubectl with `args` and returns stdout, failing with its stderr.
@@ -170,33 +140,24 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut c = kubectl();
-    c.args(args);
-    let out = c.output().context("running kubectl")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl {:?} failed: {}",
-            c.get_args().collect::<Vec<_>>(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    kubectl_runner().output(args)
 }
 
 /// `kubectl auth can-i <args> --as=<user>`: whether `user` may do it.
 pub fn can_i(user: &str, args: &[&str]) -> Result<bool> {
-    let out = kubectl()
-        .args(["auth", "can-i"])
-        .args(args)
-        .arg(format!("--as={user}"))
-        .output()
+    let as_user = format!("--as={user}");
+    let mut all = vec!["auth", "can-i"];
+    all.extend(args);
+    all.push(&as_user);
+    let out = kubectl_runner()
+        .capture(all)
         .context("running kubectl auth can-i")?;
-    match String::from_utf8_lossy(&out.stdout).trim() {
+    match out.stdout.trim() {
         "yes" => Ok(true),
         "no" => Ok(false),
         other => bail!(
             "kubectl auth can-i {args:?} answered {other:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.trim()
         ),
     }
 }
@@ -324,11 +285,7 @@ impl Drop for TestNamespace {
                 ]);
             }
         }
-        let _ = kubectl()
-            .args(["delete", "namespace", &self.name, "--wait=false"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        let _ = kubectl_runner().succeeds(["delete", "namespace", &self.name, "--wait=false"]);
     }
 }
 

@@ -2,46 +2,14 @@
 //! builds them exactly as `kubectl apply -k` would) and running kubectl with its
 //! warnings captured.
 
-use crate::{kubectl, target_dir, unique_suffix};
-use anyhow::{Context, Result, bail};
+use crate::{kubectl_runner, target_dir, unique_suffix};
+use anyhow::Result;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-/// What one kubectl run printed.
-#[derive(Debug, Clone)]
-pub struct KubectlOutput {
-    /// Whether it exited 0.
-    pub success: bool,
-    /// Its stdout.
-    pub stdout: String,
-    /// Its stderr.
-    pub stderr: String,
-}
-
-impl KubectlOutput {
-    /// The `Warning: ...` lines kubectl printed (the API server's warnings, among them
-    /// Pod Security's `would violate PodSecurity`).
-    pub fn warnings(&self) -> Vec<&str> {
-        self.stderr
-            .lines()
-            .filter(|l| l.trim_start().starts_with("Warning:"))
-            .collect()
-    }
-
-    /// Fails unless it exited 0 without a single warning.
-    pub fn clean(&self, what: &str) -> Result<&Self> {
-        if !self.success {
-            bail!("{what} failed:\n{}", self.stderr.trim());
-        }
-        let warnings = self.warnings();
-        if !warnings.is_empty() {
-            bail!("{what} printed warnings:\n{}", warnings.join("\n"));
-        }
-        Ok(self)
-    }
-}
+pub use xtask::kubectl::KubectlOutput;
 
 /// Runs kubectl with `args`, capturing stdout and stderr whatever the exit status.
 pub fn kubectl_capture<I, S>(args: I) -> Result<KubectlOutput>
@@ -49,50 +17,20 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let out = kubectl().args(args).output().context("running kubectl")?;
-    Ok(KubectlOutput {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
+    kubectl_runner().capture(args)
 }
 
-/// Parses a stream of JSON documents (`kubectl create -o json` prints one per object),
-/// flattening `List`s.
-pub fn parse_objects(text: &str) -> Result<Vec<Value>> {
-    let mut objects = Vec::new();
-    for doc in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-        let doc = doc.context("kubectl printed something that is not JSON")?;
-        match doc.get("items").and_then(Value::as_array) {
-            Some(items) if doc["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
-                objects.extend(items.iter().cloned());
-            }
-            _ => objects.push(doc),
-        }
-    }
-    Ok(objects)
-}
+pub use xtask::kustomize::parse_objects;
 
 /// The objects a kustomization directory builds (`kubectl create -k <dir>
 /// --dry-run=client -o json`: nothing is sent to the cluster).
 pub fn kustomize(dir: &Path) -> Result<Vec<Value>> {
-    objects_of(["-k".as_ref(), dir.as_os_str()])
+    xtask::kustomize::objects(&kubectl_runner(), dir)
 }
 
 /// The objects of one manifest file.
 pub fn manifest_file(path: &Path) -> Result<Vec<Value>> {
-    objects_of(["-f".as_ref(), path.as_os_str()])
-}
-
-fn objects_of<const N: usize>(source: [&OsStr; N]) -> Result<Vec<Value>> {
-    let mut args: Vec<&OsStr> = vec!["create".as_ref(), "--dry-run=client".as_ref()];
-    args.extend(["-o".as_ref(), "json".as_ref() as &OsStr]);
-    args.extend(source);
-    let out = kubectl_capture(&args)?;
-    if !out.success {
-        bail!("kubectl {args:?} failed: {}", out.stderr.trim());
-    }
-    parse_objects(&out.stdout)
+    xtask::kustomize::manifest_file(&kubectl_runner(), path)
 }
 
 /// The objects of `objects` of kind `kind`.

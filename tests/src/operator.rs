@@ -7,19 +7,17 @@
 //! operator's ServiceAccount. Everything the operator does therefore goes
 //! through the RBAC rules in `deploy/`, which proves they are sufficient.
 
-use crate::{TIMEOUT, kubeconfig_path, kubectl_ok, poll, repo_root, target_dir, unique_suffix};
+use crate::{TIMEOUT, kubectl_runner, poll, target_dir, unique_suffix};
 use anyhow::{Context, Result, bail};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+use xtask::local_operator::{self, Launch, LocalOperator};
 
 /// Applies `deploy/<operator>` (CRD, RBAC, Deployment...) once per test binary.
 pub fn install(operator: &str) -> Result<()> {
@@ -31,31 +29,7 @@ pub fn install(operator: &str) -> Result<()> {
     if done.get(operator).copied().unwrap_or(false) {
         return Ok(());
     }
-    let dir = repo_root().join("deploy").join(operator);
-    // The operators under test run as local processes: the tree's own
-    // Deployment is only admitted and simulated, never run beside them.
-    crate::place_namespace(&format!("{operator}-system"), true)?;
-    kubectl_ok([
-        "apply".as_ref(),
-        "--server-side".as_ref(),
-        "--force-conflicts".as_ref(),
-        "--field-manager=e2e".as_ref(),
-        "-k".as_ref(),
-        dir.as_os_str(),
-    ])?;
-    // The CRD must be served before anyone creates objects of its kind.
-    kubectl_ok([
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "-f",
-        &repo_root()
-            .join("deploy")
-            .join(operator)
-            .join("crd.yaml")
-            .display()
-            .to_string(),
-    ])?;
+    local_operator::install(&kubectl_runner(), operator, "e2e")?;
     done.insert(operator.to_owned(), true);
     Ok(())
 }
@@ -68,41 +42,28 @@ pub fn service_account_kubeconfig(operator: &str) -> Result<PathBuf> {
 
 /// A kubeconfig that authenticates as ServiceAccount `namespace/name`.
 pub fn service_account_kubeconfig_for(namespace: &str, name: &str) -> Result<PathBuf> {
-    let token = kubectl_ok(["create", "token", name, "-n", namespace, "--duration=2h"])?;
-    let config =
-        xtask::kubeconfig::for_service_account(&kubeconfig_path()?, namespace, name, &token, None)?;
-    let dir = target_dir().join("e2e");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{namespace}-{name}-{}.kubeconfig", unique_suffix()));
-    xtask::kubeconfig::write(&config, &path)?;
+    let path = target_dir()
+        .join("e2e")
+        .join(format!("{namespace}-{name}-{}.kubeconfig", unique_suffix()));
+    local_operator::service_account_kubeconfig(
+        &kubectl_runner(),
+        namespace,
+        name,
+        "2h",
+        None,
+        &path,
+    )?;
     Ok(path)
 }
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    local_operator::free_port()
 }
 
 /// A plain HTTP GET on 127.0.0.1; returns the status code and body.
 pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("malformed HTTP response")?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
+    xtask::http::get(port, path)
 }
 
 /// How to start an operator process.
@@ -130,7 +91,7 @@ impl Default for OperatorOptions {
 
 /// An operator binary running on this machine; killed when dropped.
 pub struct OperatorProcess {
-    child: Child,
+    process: LocalOperator,
     /// Where its stdout and stderr go.
     pub log_path: PathBuf,
     /// Port of `/metrics`.
@@ -164,39 +125,23 @@ impl OperatorProcess {
                 binary.display()
             );
         }
-        let metrics_port = free_port()?;
-        let health_port = free_port()?;
         let logs = target_dir().join("e2e-logs");
         std::fs::create_dir_all(&logs)?;
         let label = namespaces.first().copied().unwrap_or("all");
         let log_path = logs.join(format!("{label}-{operator}-{}.log", unique_suffix()));
-        let log = std::fs::File::create(&log_path)?;
-        let mut command = Command::new(&binary);
-        command
-            .arg("run")
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
-            .arg(format!(
-                "--health-probe-bind-address=127.0.0.1:{health_port}"
-            ))
-            // JSON lines, with one debug line per API request: the RBAC test derives what
-            // each operator needs from the requests it made during the suite.
-            .arg("--log-format=json")
-            .args(&options.args)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("WATCH_NAMESPACE", namespaces.join(","))
-            .env("RUST_LOG", xtask::requests::RUST_LOG)
-            .envs(options.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let process = LocalOperator::spawn(Launch {
+            binary: &binary,
+            kubeconfig: &kubeconfig,
+            watch_namespace: &namespaces.join(","),
+            log_path: &log_path,
+            args: &options.args,
+            env: &options.env,
+        })?;
         let mut process = OperatorProcess {
-            child,
             log_path,
-            metrics_port,
-            health_port,
+            metrics_port: process.metrics_port,
+            health_port: process.health_port,
+            process,
         };
         if options.wait_ready {
             process.wait_ready().await?;
@@ -206,14 +151,14 @@ impl OperatorProcess {
 
     /// Waits until `/readyz` answers 200.
     pub async fn wait_ready(&mut self) -> Result<()> {
-        let port = self.health_port;
         let result = poll("operator /readyz", Duration::from_secs(60), || {
-            let exited = self.child.try_wait().ok().flatten();
+            let exited = self.process.exited();
+            let ready = exited.is_none() && self.process.ready();
             async move {
                 if let Some(status) = exited {
                     bail!("the operator exited ({status})");
                 }
-                Ok(http_get(port, "/readyz").ok().filter(|(c, _)| *c == 200))
+                Ok(ready.then_some(()))
             }
         })
         .await;
@@ -223,17 +168,17 @@ impl OperatorProcess {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// Everything the operator logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.process.log()
     }
 
     /// The `/metrics` text.
     pub fn metrics(&self) -> Result<String> {
-        let (code, body) = http_get(self.metrics_port, "/metrics")?;
+        let (code, body) = self.process.metrics()?;
         if code != 200 {
             bail!("/metrics answered {code}");
         }
@@ -252,26 +197,17 @@ impl OperatorProcess {
 
     /// Sends SIGTERM and waits for the exit; returns whether it exited 0.
     pub fn terminate(&mut self) -> Result<bool> {
-        signal(self.child.id(), "TERM");
-        let status = self.child.wait()?;
-        Ok(status.success())
+        self.process.terminate()
     }
 
     /// SIGKILL, at once.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
     /// Whether it still runs.
     pub fn is_running(&mut self) -> bool {
-        self.child.try_wait().ok().flatten().is_none()
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.exited().is_none()
     }
 }
 
@@ -305,9 +241,7 @@ where
 
 /// Sends a signal (by name, e.g. `TERM`) to a process.
 pub fn signal(pid: u32, name: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{name}"), pid.to_string()])
-        .status();
+    xtask::process_group::signal_process(pid, name);
 }
 
 /// Sum of a Prometheus counter's samples whose labels contain all of `labels`

@@ -1,6 +1,6 @@
 //! What an identity may do, as `kubectl auth can-i` reports it.
 
-use crate::kubectl;
+use crate::kubectl_runner;
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeSet;
 
@@ -13,18 +13,20 @@ pub fn operator_user(operator: &str) -> String {
 /// `kubectl auth can-i --list` (resource rows only; rows limited to resource names are
 /// reported as `resource[name,...]`).
 pub fn permissions(user: &str, namespace: &str) -> Result<BTreeSet<(String, String)>> {
-    let out = kubectl()
-        .args(["auth", "can-i", "--list", "-n", namespace])
-        .arg(format!("--as={user}"))
-        .output()
+    let out = kubectl_runner()
+        .capture([
+            "auth",
+            "can-i",
+            "--list",
+            "-n",
+            namespace,
+            &format!("--as={user}"),
+        ])
         .context("running kubectl auth can-i --list")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl auth can-i --list failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+    if !out.success {
+        bail!("kubectl auth can-i --list failed: {}", out.stderr.trim());
     }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = out.stdout;
     let mut result = BTreeSet::new();
     for line in text.lines().skip(1) {
         // Non-resource URL rows start with blanks (no resource).

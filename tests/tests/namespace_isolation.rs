@@ -41,15 +41,13 @@ struct ClusterGrants(String);
 
 impl Drop for ClusterGrants {
     fn drop(&mut self) {
-        let _ = e2e::kubectl()
-            .args([
-                "delete",
-                "clusterrolebinding,clusterrole",
-                "-l",
-                &format!("e2e.rust-operators.dev/namespace={}", self.0),
-                "--wait=false",
-            ])
-            .output();
+        let _ = e2e::kubectl_runner().capture([
+            "delete",
+            "clusterrolebinding,clusterrole",
+            "-l",
+            &format!("e2e.rust-operators.dev/namespace={}", self.0),
+            "--wait=false",
+        ]);
     }
 }
 
@@ -120,19 +118,7 @@ async fn scoped_identity(
 
 /// `kubectl apply -f -` of a JSON document.
 fn kubectl_apply_json(doc: &Value) -> Result<()> {
-    use std::io::Write;
-    let mut child = e2e::kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .context("kubectl's stdin")?
-        .write_all(doc.to_string().as_bytes())?;
-    ensure!(child.wait()?.success(), "kubectl apply failed");
-    Ok(())
+    e2e::kubectl_runner().with_stdin(["apply", "-f", "-"], &doc.to_string())
 }
 
 async fn start(

@@ -9,7 +9,9 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::operator::{OperatorOptions, OperatorProcess, http_get, install};
-use e2e::{TIMEOUT, TestNamespace, can_i, kubectl, kubectl_ok, poll, target_dir, unique_suffix};
+use e2e::{
+    TIMEOUT, TestNamespace, can_i, kubectl_ok, kubectl_runner, poll, target_dir, unique_suffix,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -36,16 +38,12 @@ impl ClusterRoleBinding {
 
 impl Drop for ClusterRoleBinding {
     fn drop(&mut self) {
-        let _ = kubectl()
-            .args([
-                "delete",
-                "clusterrolebinding",
-                &self.0,
-                "--ignore-not-found",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        let _ = kubectl_runner().succeeds([
+            "delete",
+            "clusterrolebinding",
+            &self.0,
+            "--ignore-not-found",
+        ]);
     }
 }
 

@@ -20,12 +20,13 @@ use crate::crds::OPERATORS;
 use crate::deploy;
 use crate::paths;
 use anyhow::{Context, Result, bail};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use xtask::kubectl::Kubectl;
+use xtask::process_group;
 
 /// The namespace the samples go to.
 const NAMESPACE: &str = "demo";
@@ -50,9 +51,7 @@ struct Processes(Vec<(String, Child)>);
 impl Drop for Processes {
     fn drop(&mut self) {
         for (name, child) in &mut self.0 {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
+            process_group::signal_process(child.id(), "TERM");
             if !cmd::wait_until(Duration::from_secs(10), || {
                 child.try_wait().ok().flatten().is_some()
             }) {
@@ -64,17 +63,13 @@ impl Drop for Processes {
     }
 }
 
-fn kubectl(kubeconfig: Option<&Path>) -> Result<Command> {
-    let built = cluster::build::kubectl()?;
-    let mut c = Command::new(if cmd::is_executable(&built) {
-        built
-    } else {
-        "kubectl".into()
-    });
-    if let Some(path) = kubeconfig {
-        c.env("KUBECONFIG", path);
+/// kubectl (the cluster's own when built) with `kubeconfig`, else the environment's.
+fn kubectl_with(kubeconfig: Option<&Path>) -> Kubectl {
+    let kubectl = Kubectl::new(cluster::build::kubectl_or_path());
+    match kubeconfig {
+        Some(path) => kubectl.with_kubeconfig(path),
+        None => kubectl,
     }
-    Ok(c)
 }
 
 /// Whether KUBECONFIG (or ~/.kube/config) names a cluster other than the local one.
@@ -111,6 +106,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 const LOCAL_BROKER: &str = "pulsar://pulsar-broker.pulsar.svc:6650";
 
 fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
+    let kubectl = kubectl_with(Some(kubeconfig));
     if cluster::node::supported() {
         return run_with_images(args, kubeconfig);
     }
@@ -124,51 +120,49 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     std::fs::create_dir_all(&state)?;
     let stop = stop_on_signals()?;
 
-    cmd::output(kubectl(Some(kubeconfig))?.args([
-        "create",
-        "namespace",
-        NAMESPACE,
-        "--dry-run=client",
-        "-o",
-        "yaml",
-    ]))
-    .and_then(|yaml| {
-        let path = state.join("namespace.yaml");
-        std::fs::write(&path, yaml)?;
-        cmd::output(kubectl(Some(kubeconfig))?.args(["apply", "-f"]).arg(path))
-    })?;
+    kubectl
+        .output([
+            "create",
+            "namespace",
+            NAMESPACE,
+            "--dry-run=client",
+            "-o",
+            "yaml",
+        ])
+        .and_then(|yaml| {
+            let path = state.join("namespace.yaml");
+            std::fs::write(&path, yaml)?;
+            kubectl.output(["apply".as_ref(), "-f".as_ref(), path.as_os_str()])
+        })?;
 
     let mut processes = Processes::default();
     for (i, op) in OPERATORS.iter().enumerate() {
         println!("demo: installing deploy/{op} and starting {op} with its ServiceAccount's token");
+        let tree = paths::repo_root().join("deploy").join(op);
+        xtask::kustomize::apply(&kubectl, &tree, None)?;
         cmd::output(
-            kubectl(Some(kubeconfig))?
-                .args(["apply", "--server-side", "--force-conflicts", "-k"])
-                .arg(paths::repo_root().join("deploy").join(op)),
-        )?;
-        cmd::output(
-            kubectl(Some(kubeconfig))?
-                .args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
-                .arg(paths::repo_root().join("deploy").join(op).join("crd.yaml")),
+            kubectl
+                .with_args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
+                .arg(tree.join("crd.yaml")),
         )?;
         let sa_config = service_account_kubeconfig(kubeconfig, op, &state)?;
         let log = std::fs::File::create(state.join(format!("{op}.log")))?;
         let port = 18_480 + u16::try_from(i).unwrap_or(0) * 2;
-        let child = Command::new(paths::target_dir().join("debug").join(op))
-            .arg("run")
-            .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
-            .arg(format!(
-                "--health-probe-bind-address=127.0.0.1:{}",
-                port + 1
-            ))
-            .env("KUBECONFIG", &sa_config)
-            .env("WATCH_NAMESPACE", NAMESPACE)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {op}"))?;
+        let child = process_group::spawn(
+            Command::new(paths::target_dir().join("debug").join(op))
+                .arg("run")
+                .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+                .arg(format!(
+                    "--health-probe-bind-address=127.0.0.1:{}",
+                    port + 1
+                ))
+                .env("KUBECONFIG", &sa_config)
+                .env("WATCH_NAMESPACE", NAMESPACE)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log),
+        )
+        .with_context(|| format!("starting {op}"))?;
         processes.0.push(((*op).to_owned(), child));
     }
 
@@ -176,34 +170,34 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     wait_ready(Some(kubeconfig))?;
     print!(
         "{}",
-        cmd::output(kubectl(Some(kubeconfig))?.args([
+        kubectl.output([
             "get",
             "podsets,memcacheds,lolcows,pulsarconsumers",
             "-n",
             NAMESPACE,
-        ]))?
+        ])?
     );
 
     // The lolcow pod is simulated on the local cluster: serve the same page
     // with the same greeting here.
-    let greeting = cmd::output(kubectl(Some(kubeconfig))?.args([
+    let greeting = kubectl.output([
         "get",
         "lolcows",
         "-n",
         NAMESPACE,
         "-o",
         "jsonpath={.items[0].status.greeting}",
-    ]))?;
+    ])?;
     let log = std::fs::File::create(state.join("lolcow-web.log"))?;
-    let web = Command::new(paths::target_dir().join("debug").join("lolcow-web"))
-        .args(["--listen", "127.0.0.1", "--port", &LOLCOW_PORT.to_string()])
-        .env("GREETING", greeting.trim())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("starting lolcow-web")?;
+    let web = process_group::spawn(
+        Command::new(paths::target_dir().join("debug").join("lolcow-web"))
+            .args(["--listen", "127.0.0.1", "--port", &LOLCOW_PORT.to_string()])
+            .env("GREETING", greeting.trim())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log),
+    )
+    .context("starting lolcow-web")?;
     processes.0.push(("lolcow-web".into(), web));
     let url = format!("http://127.0.0.1:{LOLCOW_PORT}/");
     let served = cmd::wait_until(Duration::from_secs(20), || {
@@ -236,17 +230,17 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
 /// Creates the `demo` namespace, waiting first for one that a previous run
 /// is still deleting.
 fn fresh_namespace(kubeconfig: &Path) -> Result<()> {
+    let kubectl = kubectl_with(Some(kubeconfig));
     let gone = cmd::wait_until(Duration::from_secs(120), || {
-        kubectl(Some(kubeconfig)).is_ok_and(|mut c| {
-            cmd::output(c.args([
+        kubectl
+            .output([
                 "get",
                 "namespace",
                 NAMESPACE,
                 "-o",
                 "jsonpath={.status.phase}",
-            ]))
+            ])
             .map_or(true, |phase| phase.trim() != "Terminating")
-        })
     });
     if !gone {
         bail!(
@@ -254,19 +248,20 @@ fn fresh_namespace(kubeconfig: &Path) -> Result<()> {
              shows what is left)"
         );
     }
-    let exists = cmd::succeeds(kubectl(Some(kubeconfig))?.args(["get", "namespace", NAMESPACE]));
+    let exists = kubectl.succeeds(["get", "namespace", NAMESPACE]);
     if !exists {
-        cmd::output(kubectl(Some(kubeconfig))?.args(["create", "namespace", NAMESPACE]))?;
+        kubectl.output(["create", "namespace", NAMESPACE])?;
     }
     Ok(())
 }
 
 /// Deletes the samples and waits for their finalizers, then the namespace.
 fn delete_samples(kubeconfig: &Path) -> Result<()> {
+    let kubectl = kubectl_with(Some(kubeconfig));
     println!(
         "demo: deleting the samples (their operators still run) and the {NAMESPACE} namespace"
     );
-    cmd::output(kubectl(Some(kubeconfig))?.args([
+    kubectl.output([
         "delete",
         "podsets,memcacheds,lolcows,pulsarconsumers",
         "--all",
@@ -274,20 +269,21 @@ fn delete_samples(kubeconfig: &Path) -> Result<()> {
         NAMESPACE,
         "--wait=true",
         "--timeout=120s",
-    ]))?;
-    cmd::output(kubectl(Some(kubeconfig))?.args([
+    ])?;
+    kubectl.output([
         "delete",
         "namespace",
         NAMESPACE,
         "--wait=true",
         "--timeout=120s",
-    ]))?;
+    ])?;
     Ok(())
 }
 
 /// The demo on the local cluster's real node: every operator and workload
 /// from its image.
 fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
+    let kubectl = kubectl_with(Some(kubeconfig));
     let stop = stop_on_signals()?;
     let pulsar_was_running = crate::pulsar::is_running();
     println!("demo: starting the Pulsar broker (cargo xtask pulsar up)");
@@ -306,7 +302,7 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         }
         fresh_namespace(kubeconfig)?;
         apply_samples(Some(kubeconfig))?;
-        cmd::output(kubectl(Some(kubeconfig))?.args([
+        kubectl.output([
             "patch",
             "pulsarconsumers",
             "pulsarconsumer-sample-1",
@@ -315,21 +311,21 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
             "--type=merge",
             "-p",
             &format!(r#"{{"spec":{{"serverAddress":"{LOCAL_BROKER}"}}}}"#),
-        ]))?;
+        ])?;
         println!("demo: the PulsarConsumer sample consumes from the local broker ({LOCAL_BROKER})");
         wait_ready(Some(kubeconfig))?;
         print!(
             "{}",
-            cmd::output(kubectl(Some(kubeconfig))?.args([
+            kubectl.output([
                 "get",
                 "podsets,memcacheds,lolcows,pulsarconsumers",
                 "-n",
                 NAMESPACE,
-            ]))?
+            ])?
         );
         print!(
             "{}",
-            cmd::output(kubectl(Some(kubeconfig))?.args([
+            kubectl.output([
                 "get",
                 "pods",
                 "-A",
@@ -337,16 +333,16 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
                 "wide",
                 "--field-selector",
                 "spec.nodeName=real-node"
-            ]))?
+            ])?
         );
-        let port = cmd::output(kubectl(Some(kubeconfig))?.args([
+        let port = kubectl.output([
             "get",
             "lolcows",
             "-n",
             NAMESPACE,
             "-o",
             "jsonpath={.items[0].status.port}",
-        ]))?;
+        ])?;
         let url = format!("http://127.0.0.1:{}/", port.trim());
         let served = cmd::wait_until(Duration::from_secs(60), || {
             cmd::succeeds(Command::new("curl").args(["-sf", "-o", "/dev/null", &url]))
@@ -384,15 +380,9 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
 /// A kubeconfig authenticating as `<op>` in `<op>-system`, so the demo runs
 /// with exactly the RBAC that `deploy/` grants.
 fn service_account_kubeconfig(admin: &Path, op: &str, state: &Path) -> Result<PathBuf> {
+    let kubectl = kubectl_with(Some(admin));
     let namespace = format!("{op}-system");
-    let token = cmd::output(kubectl(Some(admin))?.args([
-        "create",
-        "token",
-        op,
-        "-n",
-        &namespace,
-        "--duration=24h",
-    ]))?;
+    let token = kubectl.output(["create", "token", op, "-n", &namespace, "--duration=24h"])?;
     let config =
         xtask::kubeconfig::for_service_account(admin, &namespace, op, &token, Some(NAMESPACE))?;
     let path = state.join(format!("{op}.kubeconfig"));
@@ -401,10 +391,11 @@ fn service_account_kubeconfig(admin: &Path, op: &str, state: &Path) -> Result<Pa
 }
 
 fn apply_samples(kubeconfig: Option<&Path>) -> Result<()> {
+    let kubectl = kubectl_with(kubeconfig);
     for op in OPERATORS {
         cmd::output(
-            kubectl(kubeconfig)?
-                .args(["apply", "-n", NAMESPACE, "-k"])
+            kubectl
+                .with_args(["apply", "-n", NAMESPACE, "-k"])
                 .arg(paths::repo_root().join("deploy").join(op).join("samples")),
         )
         .with_context(|| format!("applying the samples of {op}"))?;
@@ -413,8 +404,9 @@ fn apply_samples(kubeconfig: Option<&Path>) -> Result<()> {
 }
 
 fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
+    let kubectl = kubectl_with(kubeconfig);
     println!("demo: waiting until every sample is Ready");
-    cmd::output(kubectl(kubeconfig)?.args([
+    kubectl.output([
         "wait",
         "--for=condition=Ready",
         "podsets,memcacheds,lolcows,pulsarconsumers",
@@ -422,11 +414,12 @@ fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
         "-n",
         NAMESPACE,
         "--timeout=300s",
-    ]))?;
+    ])?;
     Ok(())
 }
 
 fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
+    let kubectl = kubectl_with(None);
     println!("demo: KUBECONFIG names a real cluster: deploying the operators for real");
     for op in OPERATORS {
         deploy::deploy(&deploy::DeployArgs {
@@ -437,23 +430,25 @@ fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
             tag: None,
         })?;
     }
-    cmd::output(kubectl(None)?.args(["create", "namespace", NAMESPACE])).or_else(|e| {
-        if e.to_string().contains("AlreadyExists") {
-            Ok(String::new())
-        } else {
-            Err(e)
-        }
-    })?;
+    kubectl
+        .output(["create", "namespace", NAMESPACE])
+        .or_else(|e| {
+            if e.to_string().contains("AlreadyExists") {
+                Ok(String::new())
+            } else {
+                Err(e)
+            }
+        })?;
     apply_samples(None)?;
     wait_ready(None)?;
     print!(
         "{}",
-        cmd::output(kubectl(None)?.args([
+        kubectl.output([
             "get",
             "podsets,memcacheds,lolcows,pulsarconsumers",
             "-n",
             NAMESPACE,
-        ]))?
+        ])?
     );
     println!(
         "demo: open the lolcow page at http://<node-ip>:<port>/ (port: `kubectl get lolcows -n {NAMESPACE}`)"

@@ -15,15 +15,15 @@
 
 mod bench;
 mod cluster;
-mod cmd;
 mod crds;
 mod demo;
 mod deploy;
 mod deps;
 mod image;
-mod paths;
 mod pulsar;
 mod test;
+
+use xtask::{cmd, paths};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -37,14 +37,20 @@
 //! (default 13181), `XTASK_PULSAR_JAVA_OPTS` (extra JVM options appended to the
 //! defaults, e.g. `-Xmx1g`), `JAVA_HOME` (which `java` to use).
 
+mod classpath;
+mod state;
+use classpath::*;
+use state::*;
+
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+use xtask::process_group;
 
 /// The Pulsar release that is assembled and run. Keep it in step with
 /// `pulsar.version` in `xtask/pulsar/pom.xml` (it is also passed to Maven
@@ -148,7 +154,7 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
     let _lock = Lock::acquire(&dirs.state.join("up.lock"))?;
 
     if let Some(state) = State::read(&dirs)? {
-        if process_alive(state.pid) && is_our_broker(state.pid) {
+        if process_group::alive(state.pid) && is_our_broker(state.pid) {
             if state.ports.broker != opts.broker_port || state.ports.web != opts.web_port {
                 bail!(
                     "a Pulsar broker started earlier is running with broker port {} and web port {} \
@@ -278,19 +284,14 @@ fn start(dirs: &Dirs, ports: Ports, fresh_data: bool) -> Result<PulsarInfo> {
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
-    {
-        use std::os::unix::process::CommandExt;
-        // Own process group: Ctrl-C on xtask does not reach it, and `down`
-        // can signal everything it started at once.
-        cmd.process_group(0);
-    }
     println!(
         "pulsar: starting broker {PULSAR_VERSION} (log: {})",
         log_path.display()
     );
     let started = Instant::now();
-    let mut child = cmd
-        .spawn()
+    // Own process group: Ctrl-C on xtask does not reach it, and `down`
+    // can signal everything it started at once.
+    let mut child = process_group::spawn(&mut cmd)
         .with_context(|| format!("starting {java}; is Java installed? ({INSTALL_HINT})"))?;
     let pid = child.id();
     State { pid, ports }.write(dirs)?;
@@ -323,7 +324,7 @@ pub fn restart() -> Result<PulsarInfo> {
     let _lock = Lock::acquire(&dirs.state.join("up.lock"))?;
     let ports = match State::read(&dirs)? {
         Some(state) => {
-            if process_alive(state.pid) && is_our_broker(state.pid) {
+            if process_group::alive(state.pid) && is_our_broker(state.pid) {
                 println!(
                     "pulsar: stopping broker (pid {}), keeping its data",
                     state.pid
@@ -350,7 +351,7 @@ pub fn is_running() -> bool {
     let Ok(dirs) = Dirs::new() else {
         return false;
     };
-    matches!(State::read(&dirs), Ok(Some(state)) if process_alive(state.pid) && is_our_broker(state.pid))
+    matches!(State::read(&dirs), Ok(Some(state)) if process_group::alive(state.pid) && is_our_broker(state.pid))
 }
 
 /// Stops the broker started by [`up`] and deletes its data.
@@ -362,7 +363,7 @@ pub fn is_running() -> bool {
 pub fn down() -> Result<()> {
     let dirs = Dirs::new()?;
     match State::read(&dirs)? {
-        Some(state) if process_alive(state.pid) && is_our_broker(state.pid) => {
+        Some(state) if process_group::alive(state.pid) && is_our_broker(state.pid) => {
             println!("pulsar: stopping broker (pid {})", state.pid);
             stop_group(state.pid)?;
         }
@@ -382,7 +383,7 @@ pub fn status() -> Result<()> {
     let dirs = Dirs::new()?;
     let log = dirs.log();
     match State::read(&dirs)? {
-        Some(state) if process_alive(state.pid) && is_our_broker(state.pid) => {
+        Some(state) if process_group::alive(state.pid) && is_our_broker(state.pid) => {
             let info = PulsarInfo::new(&state.ports, log);
             let serving = if serving(&state.ports) {
                 "serving"
@@ -408,377 +409,6 @@ pub fn status() -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------
-// Directories and the state file
-// ---------------------------------------------------------------------------
-
-/// The cache (classpath) and state (pid, log, data) directories.
-struct Dirs {
-    /// `<cache>/rust-operators/pulsar/<version>`.
-    cache: PathBuf,
-    /// `<state>/rust-operators/pulsar`.
-    state: PathBuf,
-}
-
-impl Dirs {
-    fn new() -> Result<Self> {
-        let home = || -> Result<PathBuf> {
-            std::env::var_os("HOME")
-                .filter(|h| !h.is_empty())
-                .map(PathBuf::from)
-                .context("HOME is not set; cannot choose the cache and state directories")
-        };
-        let xdg = |var: &str, fallback: &str| -> Result<PathBuf> {
-            match std::env::var_os(var).filter(|v| !v.is_empty()) {
-                Some(v) => Ok(PathBuf::from(v)),
-                None => Ok(home()?.join(fallback)),
-            }
-        };
-        Ok(Self {
-            cache: xdg("XDG_CACHE_HOME", ".cache")?
-                .join("rust-operators/pulsar")
-                .join(PULSAR_VERSION),
-            state: xdg("XDG_STATE_HOME", ".local/state")?.join("rust-operators/pulsar"),
-        })
-    }
-    fn lib(&self) -> PathBuf {
-        self.cache.join("lib")
-    }
-    fn data(&self) -> PathBuf {
-        self.state.join("data")
-    }
-    fn log(&self) -> PathBuf {
-        self.state.join("pulsar.log")
-    }
-    fn pid_file(&self) -> PathBuf {
-        self.state.join("pulsar.pid")
-    }
-    fn ports_file(&self) -> PathBuf {
-        self.state.join("pulsar.ports")
-    }
-}
-
-/// The three ports the broker listens on (all on 127.0.0.1).
-#[derive(Debug, Clone, Copy)]
-struct Ports {
-    broker: u16,
-    web: u16,
-    bookie: u16,
-}
-
-/// What `up` recorded about the broker it started.
-struct State {
-    pid: u32,
-    ports: Ports,
-}
-
-impl State {
-    fn read(dirs: &Dirs) -> Result<Option<Self>> {
-        let Ok(pid) = fs::read_to_string(dirs.pid_file()) else {
-            return Ok(None);
-        };
-        let Ok(pid) = pid.trim().parse::<u32>() else {
-            State::remove(dirs);
-            return Ok(None);
-        };
-        let text = fs::read_to_string(dirs.ports_file()).unwrap_or_default();
-        let mut ports = Ports {
-            broker: PulsarOptions::default().broker_port,
-            web: PulsarOptions::default().web_port,
-            bookie: DEFAULT_BOOKIE_PORT,
-        };
-        for line in text.lines() {
-            if let Some((k, v)) = line.split_once('=') {
-                let Ok(v) = v.trim().parse::<u16>() else {
-                    continue;
-                };
-                match k.trim() {
-                    "broker" => ports.broker = v,
-                    "web" => ports.web = v,
-                    "bookie" => ports.bookie = v,
-                    _ => {}
-                }
-            }
-        }
-        Ok(Some(Self { pid, ports }))
-    }
-
-    fn write(&self, dirs: &Dirs) -> Result<()> {
-        let p = &self.ports;
-        fs::write(
-            dirs.ports_file(),
-            format!("broker={}\nweb={}\nbookie={}\n", p.broker, p.web, p.bookie),
-        )
-        .with_context(|| format!("writing {}", dirs.ports_file().display()))?;
-        fs::write(dirs.pid_file(), format!("{}\n", self.pid))
-            .with_context(|| format!("writing {}", dirs.pid_file().display()))
-    }
-
-    fn remove(dirs: &Dirs) {
-        let _ = fs::remove_file(dirs.pid_file());
-        let _ = fs::remove_file(dirs.ports_file());
-    }
-}
-
-/// Serialises concurrent `up` calls (two test binaries, two shells) with a
-/// lock file holding the owner's pid; a lock left by a dead process is taken
-/// over.
-struct Lock(PathBuf);
-
-impl Lock {
-    fn acquire(path: &Path) -> Result<Self> {
-        let deadline = Instant::now() + Duration::from_secs(900);
-        let mut told = false;
-        loop {
-            match OpenOptions::new().write(true).create_new(true).open(path) {
-                Ok(mut f) => {
-                    let _ = writeln!(f, "{}", std::process::id());
-                    return Ok(Self(path.to_path_buf()));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let owner = fs::read_to_string(path)
-                        .ok()
-                        .and_then(|s| s.trim().parse::<u32>().ok());
-                    match owner {
-                        Some(pid) if process_alive(pid) => {}
-                        // Dead owner, or the owner has not written its pid
-                        // yet: only take over a lock that is a few seconds old.
-                        _ => {
-                            let old = fs::metadata(path)
-                                .and_then(|m| m.modified())
-                                .ok()
-                                .and_then(|t| t.elapsed().ok())
-                                .is_none_or(|age| age > Duration::from_secs(5));
-                            if owner.is_some() || old {
-                                let _ = fs::remove_file(path);
-                                continue;
-                            }
-                        }
-                    }
-                    if !told {
-                        println!("pulsar: another `up` is in progress; waiting for it");
-                        told = true;
-                    }
-                    if Instant::now() > deadline {
-                        bail!("timed out waiting for the lock {}", path.display());
-                    }
-                    sleep(Duration::from_millis(500));
-                }
-                Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
-            }
-        }
-    }
-}
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Java, Maven and the classpath
-// ---------------------------------------------------------------------------
-
-/// `$JAVA_HOME/bin/java` when `JAVA_HOME` is set, else `java` from `PATH`.
-fn java_command() -> String {
-    match std::env::var_os("JAVA_HOME").filter(|v| !v.is_empty()) {
-        Some(home) => PathBuf::from(home).join("bin/java").display().to_string(),
-        None => "java".to_string(),
-    }
-}
-
-/// Fails with an install hint unless `java` is Java 17 or newer.
-fn check_java(java: &str) -> Result<()> {
-    let out = Command::new(java)
-        .arg("-version")
-        .output()
-        .with_context(|| {
-            format!("running `{java} -version`: Java 17+ is needed ({INSTALL_HINT})")
-        })?;
-    let text =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    let major = text
-        .split('"')
-        .nth(1)
-        .and_then(|v| {
-            let mut parts = v.split(['.', '-', '+']);
-            match parts.next()? {
-                "1" => parts.next()?.parse::<u32>().ok(),
-                m => m.parse::<u32>().ok(),
-            }
-        })
-        .with_context(|| format!("cannot read the Java version from `{java} -version`: {text}"))?;
-    if major < 17 {
-        bail!(
-            "Pulsar {PULSAR_VERSION} needs Java 17 or newer, `{java}` is Java {major} ({INSTALL_HINT})"
-        );
-    }
-    Ok(())
-}
-
-/// FNV-1a of the pom, so that a changed pom re-resolves the classpath even
-/// when the version (the cache key) stayed the same.
-fn fingerprint(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{PULSAR_VERSION}-{h:016x}")
-}
-
-/// Returns the directory with the broker's jars, resolving them with Maven
-/// into the cache first if needed.
-fn ensure_classpath(dirs: &Dirs) -> Result<PathBuf> {
-    let lib = dirs.lib();
-    let marker = lib.join(".complete");
-    let want = fingerprint(POM);
-    if fs::read_to_string(&marker).is_ok_and(|m| m.trim() == want) {
-        return Ok(lib);
-    }
-
-    match Command::new("mvn")
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-    {
-        Ok(s) if s.success() => {}
-        _ => bail!(
-            "Maven (`mvn`) is needed once to assemble the Pulsar broker from Maven Central \
-             ({INSTALL_HINT})"
-        ),
-    }
-    fs::create_dir_all(&dirs.cache)
-        .with_context(|| format!("creating {}", dirs.cache.display()))?;
-    let pom = dirs.cache.join("pom.xml");
-    fs::write(&pom, POM).with_context(|| format!("writing {}", pom.display()))?;
-    let tmp = dirs.cache.join("lib.partial");
-    remove_dir_if_exists(&tmp)?;
-    let mvn_log = dirs.cache.join("mvn.log");
-    let log = File::create(&mvn_log).with_context(|| format!("creating {}", mvn_log.display()))?;
-    let log_err = log.try_clone().context("duplicating the log file handle")?;
-
-    println!(
-        "pulsar: resolving pulsar-broker {PULSAR_VERSION} with Maven (first time only, a few minutes)..."
-    );
-    let started = Instant::now();
-    let mut child = Command::new("mvn")
-        .args(["-B", "-q", "-f"])
-        .arg(&pom)
-        .arg(format!("-Dpulsar.version={PULSAR_VERSION}"))
-        .arg("dependency:copy-dependencies")
-        .arg("-DincludeScope=runtime")
-        .arg(format!("-DoutputDirectory={}", tmp.display()))
-        .current_dir(&dirs.cache)
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log_err)
-        .spawn()
-        .with_context(|| format!("starting mvn ({INSTALL_HINT})"))?;
-    let mut next_note = Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().context("waiting for mvn")? {
-            break status;
-        }
-        if started.elapsed() >= next_note {
-            println!(
-                "pulsar: still resolving ({}s)...",
-                started.elapsed().as_secs()
-            );
-            next_note += Duration::from_secs(30);
-        }
-        sleep(Duration::from_millis(250));
-    };
-    if !status.success() {
-        eprintln!("{}", tail(&mvn_log, 40));
-        bail!(
-            "mvn failed ({status}) after {}s; full output in {}",
-            started.elapsed().as_secs(),
-            mvn_log.display()
-        );
-    }
-    let main_jar = tmp.join(format!("pulsar-broker-{PULSAR_VERSION}.jar"));
-    if !main_jar.is_file() {
-        bail!(
-            "mvn succeeded but {} is missing; see {}",
-            main_jar.display(),
-            mvn_log.display()
-        );
-    }
-    remove_dir_if_exists(&lib)?;
-    fs::rename(&tmp, &lib)
-        .with_context(|| format!("moving {} to {}", tmp.display(), lib.display()))?;
-    fs::write(&marker, format!("{want}\n"))
-        .with_context(|| format!("writing {}", marker.display()))?;
-    let jars = fs::read_dir(&lib)
-        .map(|d| d.count().saturating_sub(1))
-        .unwrap_or(0);
-    println!(
-        "pulsar: resolved {jars} jars in {:.0}s into {}",
-        started.elapsed().as_secs_f64(),
-        lib.display()
-    );
-    Ok(lib)
-}
-
-/// Our configuration with the ports xtask manages put in: every `key=value`
-/// line of a managed key is replaced, keys the template lacks are appended.
-fn render_conf(template: &str, ports: &Ports, advertised: &str) -> String {
-    let managed = [
-        ("brokerServicePort", ports.broker.to_string()),
-        ("webServicePort", ports.web.to_string()),
-        ("advertisedAddress", advertised.to_owned()),
-    ];
-    let mut seen = [false; 3];
-    let mut out = String::with_capacity(template.len() + 128);
-    for line in template.lines() {
-        let key = line.split_once('=').map(|(k, _)| k.trim());
-        match managed.iter().position(|(k, _)| Some(*k) == key) {
-            Some(i) if !line.trim_start().starts_with('#') => {
-                out.push_str(&format!("{}={}\n", managed[i].0, managed[i].1));
-                seen[i] = true;
-            }
-            _ => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    for (i, (k, v)) in managed.iter().enumerate() {
-        if !seen[i] {
-            out.push_str(&format!("{k}={v}\n"));
-        }
-    }
-    out
-}
-
-/// The address the broker names in its lookup answers: clients connect to
-/// it after the first request. Beside the local cluster's real node it is the
-/// node's bridge address, which pods reach and the host too (the node's
-/// nftables rules forward both to the broker on 127.0.0.1); else 127.0.0.1.
-fn advertised_address() -> &'static str {
-    if std::path::Path::new("/sys/class/net")
-        .join(crate::cluster::node::BRIDGE)
-        .exists()
-    {
-        crate::cluster::node::NODE_IP
-    } else {
-        "127.0.0.1"
-    }
-}
-
-fn bookie_port() -> Result<u16> {
-    match std::env::var("XTASK_PULSAR_BOOKIE_PORT") {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .with_context(|| format!("XTASK_PULSAR_BOOKIE_PORT={v} is not a port number")),
-        _ => Ok(DEFAULT_BOOKIE_PORT),
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Readiness
 // ---------------------------------------------------------------------------
 
@@ -796,7 +426,7 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
                 .try_wait()
                 .context("checking the broker process")?
                 .map(|s| s.to_string()),
-            None => (!process_alive(pid)).then(|| "exited".to_string()),
+            None => (!process_group::alive(pid)).then(|| "exited".to_string()),
         };
         if let Some(how) = exited {
             eprintln!("{}", tail(&dirs.log(), 60));
@@ -809,11 +439,13 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
             stage = "admin API";
             // Poll the tenant first: asking for its namespaces before it
             // exists fills the log with errors.
-            let tenant = http_get(ports.web, "/admin/v2/tenants")
+            let tenant = xtask::http::get(ports.web, "/admin/v2/tenants")
+                .ok()
                 .is_some_and(|(code, body)| code == 200 && body.contains("\"public\""));
             if tenant {
                 stage = "namespace public/default";
-                if http_get(ports.web, "/admin/v2/namespaces/public")
+                if xtask::http::get(ports.web, "/admin/v2/namespaces/public")
+                    .ok()
                     .is_some_and(|(code, body)| code == 200 && body.contains("public/default"))
                 {
                     return Ok(());
@@ -844,7 +476,9 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
 /// Both ports answer, the admin API with a 200 for the cluster list.
 fn serving(ports: &Ports) -> bool {
     port_open(ports.broker)
-        && http_get(ports.web, "/admin/v2/clusters").is_some_and(|(code, _)| code == 200)
+        && xtask::http::get(ports.web, "/admin/v2/clusters")
+            .ok()
+            .is_some_and(|(code, _)| code == 200)
 }
 
 fn port_open(port: u16) -> bool {
@@ -852,46 +486,9 @@ fn port_open(port: u16) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
 }
 
-/// A minimal HTTP/1.0 GET on 127.0.0.1: status code and body, or `None`.
-pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
-}
-
 // ---------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------
-
-/// Whether `pid` is a live process (zombies count as dead).
-fn process_alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) if Path::new("/proc/self").exists() => false,
-        // No procfs: ask kill(1).
-        Err(_) => Command::new("kill")
-            .args(["-0", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success()),
-    }
-}
 
 /// Guards against a recycled pid: the process must be our standalone broker.
 fn is_our_broker(pid: u32) -> bool {
@@ -901,72 +498,25 @@ fn is_our_broker(pid: u32) -> bool {
     }
 }
 
-/// Whether any process of process group `pgid` is still alive.
-fn group_alive(pgid: u32) -> bool {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return process_alive(pgid);
-    };
-    entries.flatten().any(|e| {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            return false;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // Fields after the command name: state, ppid, pgrp, ...
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        fields.len() > 2
-            && fields[0] != "Z"
-            && fields[0] != "X"
-            && fields[2].parse::<u32>().ok() == Some(pgid)
-    })
-}
-
 /// SIGTERM to process group `pgid`, up to [`STOP_TIMEOUT`] to exit, then
 /// SIGKILL. The group was created by `up` with the broker as its leader, so
 /// its id is the broker's pid.
 fn stop_group(pgid: u32) -> Result<()> {
-    if pgid <= 1 || !group_alive(pgid) {
-        return Ok(());
-    }
-    signal_group("TERM", pgid)?;
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while Instant::now() < deadline {
-        if !group_alive(pgid) {
-            return Ok(());
-        }
-        sleep(Duration::from_millis(200));
-    }
-    println!(
-        "pulsar: broker did not stop within {}s; killing it",
-        STOP_TIMEOUT.as_secs()
-    );
-    signal_group("KILL", pgid)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if !group_alive(pgid) {
-            return Ok(());
-        }
-        sleep(Duration::from_millis(100));
-    }
-    bail!("process group {pgid} is still alive after SIGKILL")
-}
-
-fn signal_group(signal: &str, pgid: u32) -> Result<()> {
-    // `kill -s SIG -- -PGID` signals the whole group; failing because the
-    // group vanished in the meantime is fine.
-    let status = Command::new("kill")
-        .args(["-s", signal, "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status()
-        .context("running kill(1)")?;
-    if !status.success() && group_alive(pgid) {
-        bail!("`kill -s {signal} -- -{pgid}` failed ({status})");
-    }
-    Ok(())
+    let grace = process_group::Grace {
+        term: STOP_TIMEOUT,
+        kill: Duration::from_secs(10),
+    };
+    process_group::stop(
+        pgid,
+        grace,
+        || process_group::group_alive(pgid),
+        || {
+            println!(
+                "pulsar: broker did not stop within {}s; killing it",
+                STOP_TIMEOUT.as_secs()
+            );
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------

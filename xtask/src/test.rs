@@ -13,6 +13,7 @@ use crate::pulsar;
 use anyhow::{Context, Result};
 use std::process::Command;
 use std::time::Instant;
+use xtask::kubectl::Kubectl;
 
 /// Options of `cargo xtask test`.
 #[derive(clap::Args)]
@@ -264,17 +265,15 @@ fn no_namespace_left_terminating(kubeconfig: &std::path::Path) -> Result<()> {
         let Ok(kubectl) = cluster::build::kubectl() else {
             return Vec::new();
         };
-        cmd::output(
-            Command::new(kubectl)
-                .env("KUBECONFIG", kubeconfig)
-                .args([
-                    "get",
-                    "namespaces",
-                    "-o",
-                    "jsonpath={range .items[?(@.status.phase==\"Terminating\")]}{.metadata.name}{\"\\n\"}{end}",
-                ]),
-        )
-        .unwrap_or_default()
+        Kubectl::new(kubectl)
+            .with_kubeconfig(kubeconfig)
+            .output([
+                "get",
+                "namespaces",
+                "-o",
+                "jsonpath={range .items[?(@.status.phase==\"Terminating\")]}{.metadata.name}{\"\\n\"}{end}",
+            ])
+            .unwrap_or_default()
         .lines()
         .filter(|n| n.starts_with("e2e-") || *n == "demo")
         .map(str::to_owned)

@@ -39,8 +39,3 @@ pub(crate) fn rolled_out(mut dep: Deployment) -> Deployment {
     });
     dep
 }
-
-/// A client answered by `api`.
-pub(crate) fn mocked_client(api: &shared::testing::Scripted) -> kube::Client {
-    api.client()
-}

@@ -267,8 +267,8 @@ mod tests {
     //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::fixtures::{lolcow, mocked_client};
-    use shared::testing::{Reply, Scripted, toolkit};
+    use crate::fixtures::lolcow;
+    use shared::testing::{Reply, Scripted, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/moo";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/moo";
@@ -279,18 +279,8 @@ mod tests {
 
     /// Reconciles `lc` against `replies`; returns the result and the scripted server.
     async fn run(lc: Lolcow, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
-        let api = Scripted::new(replies);
-        let ctx = Arc::new(Context::new(
-            toolkit(mocked_client(&api), crate::OPERATOR),
-            None,
-        ));
-        let result = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            reconcile(Arc::new(lc), ctx),
-        )
-        .await
-        .unwrap();
-        (result, api)
+        let context = |client| Context::new(toolkit(client, crate::OPERATOR), None);
+        reconcile_scripted(lc, replies, context, reconcile).await
     }
 
     /// The Deployment is absent, then created; the Service is absent, then `service`.

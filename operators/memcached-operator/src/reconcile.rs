@@ -343,7 +343,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{memcached, mocked_client};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use shared::testing::{Reply, Scripted, toolkit};
+    use shared::testing::{Reply, Scripted, events, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
@@ -370,20 +370,6 @@ mod tests {
         .await
         .unwrap();
         (result, api)
-    }
-
-    /// The (type, reason) of the events created.
-    fn events(api: &Scripted) -> Vec<(String, String)> {
-        api.seen()
-            .iter()
-            .filter(|s| s.line() == EVENT)
-            .map(|s| {
-                (
-                    s.body["type"].as_str().unwrap().to_owned(),
-                    s.body["reason"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
     }
 
     /// The children are absent, then created (the API server echoes the applied object).

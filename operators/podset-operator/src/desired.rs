@@ -145,10 +145,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::api::PodSetSpec;
-    use k8s_openapi::{
-        api::core::v1::{PodCondition, PodStatus},
-        apimachinery::pkg::apis::meta::v1::Time,
-    };
+    use crate::fixtures::{pod_created as pod, t};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn podset(replicas: i32) -> PodSet {
         let mut ps = PodSet::new(
@@ -162,31 +160,6 @@ mod tests {
         ps.metadata.uid = Some("uid-1".into());
         ps.metadata.generation = Some(3);
         ps
-    }
-
-    fn pod(name: &str, phase: &str, ready: bool, created: i64) -> SlimPod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                creation_timestamp: Some(Time(jiff::Timestamp::from_second(created).unwrap())),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some(phase.into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
-        }
-        .into()
-    }
-
-    fn t(s: i64) -> jiff::Timestamp {
-        jiff::Timestamp::from_second(s).unwrap()
     }
 
     #[test]

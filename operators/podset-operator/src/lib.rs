@@ -13,6 +13,9 @@ pub mod reconcile;
 pub mod status;
 pub mod strays;
 
+#[cfg(test)]
+mod fixtures;
+
 pub use api::{PodSet, PodSetSpec, PodSetStatus};
 
 /// Names of this operator (binary, field manager, events, metrics label).

@@ -392,30 +392,17 @@ mod tests {
     /// Reconcile against a scripted API server: the answers a real cluster rarely gives.
     mod api {
         use super::*;
-        use shared::testing::{Reply, Scripted, toolkit};
+        use shared::testing::{Reply, Scripted, events, reconcile_scripted, toolkit};
 
         const STATUS: &str =
             "PATCH /apis/batch.tutorial.kubebuilder.io/v1/namespaces/ns/podsets/ps/status";
         const CREATE_POD: &str = "POST /api/v1/namespaces/ns/pods";
         const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
 
-        /// A context whose client is answered by `api`.
-        fn context(api: &Scripted) -> Arc<Context> {
-            let client = api.client();
-            Arc::new(Context::new(toolkit(client, crate::OPERATOR), None))
-        }
-
         /// Reconciles `ps` against `replies`; returns the result and the requests made.
         async fn run(ps: PodSet, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
-            let api = Scripted::new(replies);
-            let ctx = context(&api);
-            let result = tokio::time::timeout(
-                std::time::Duration::from_secs(10),
-                reconcile(Arc::new(ps), ctx),
-            )
-            .await
-            .unwrap();
-            (result, api)
+            let context = |client| Context::new(toolkit(client, crate::OPERATOR), None);
+            reconcile_scripted(ps, replies, context, reconcile).await
         }
 
         fn object(ps: &PodSet) -> Reply {
@@ -426,20 +413,6 @@ mod tests {
             let mut ps = super::podset("uid-1");
             ps.spec.replicas = replicas;
             ps
-        }
-
-        /// The (type, reason) of the events created.
-        fn events(api: &Scripted) -> Vec<(String, String)> {
-            api.seen()
-                .iter()
-                .filter(|s| s.line() == EVENT)
-                .map(|s| {
-                    (
-                        s.body["type"].as_str().unwrap().to_owned(),
-                        s.body["reason"].as_str().unwrap().to_owned(),
-                    )
-                })
-                .collect()
         }
 
         #[tokio::test]

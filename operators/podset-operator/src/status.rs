@@ -101,10 +101,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::api::PodSetSpec;
-    use k8s_openapi::{
-        api::core::v1::{Pod, PodCondition, PodStatus},
-        apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
-    };
+    use crate::fixtures::{pod, t};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use shared::{
         conditions::{find, is_true},
         events::announcements,
@@ -122,30 +120,6 @@ mod tests {
         ps.metadata.uid = Some("uid-1".into());
         ps.metadata.generation = Some(3);
         ps
-    }
-
-    fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some(phase.into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
-        }
-        .into()
-    }
-
-    fn t(s: i64) -> jiff::Timestamp {
-        jiff::Timestamp::from_second(s).unwrap()
     }
 
     #[test]

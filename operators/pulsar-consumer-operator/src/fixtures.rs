@@ -54,8 +54,3 @@ pub(crate) fn counts(observed: i64, replicas: i32, updated: i32, ready: i32) -> 
 pub(crate) fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(s).unwrap()
 }
-
-/// A client answered by `api`.
-pub(crate) fn mocked_client(api: &shared::testing::Scripted) -> kube::Client {
-    api.client()
-}

@@ -384,8 +384,8 @@ mod tests {
     //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::fixtures::{consumer, mocked_client};
-    use shared::testing::{Reply, Scripted, toolkit};
+    use crate::fixtures::consumer;
+    use shared::testing::{Reply, Scripted, events, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
     const APPLY_DEPLOYMENT: &str =
@@ -395,29 +395,8 @@ mod tests {
 
     /// Reconciles `pc` against `replies`; returns the result and the scripted server.
     async fn run(pc: PulsarConsumer, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
-        let api = Scripted::new(replies);
-        let ctx = Arc::new(Context::new(toolkit(mocked_client(&api), OPERATOR), None));
-        let result = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            reconcile(Arc::new(pc), ctx),
-        )
-        .await
-        .unwrap();
-        (result, api)
-    }
-
-    /// The (type, reason) of the events created.
-    fn events(api: &Scripted) -> Vec<(String, String)> {
-        api.seen()
-            .iter()
-            .filter(|s| s.line() == EVENT)
-            .map(|s| {
-                (
-                    s.body["type"].as_str().unwrap().to_owned(),
-                    s.body["reason"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
+        let context = |client| Context::new(toolkit(client, OPERATOR), None);
+        reconcile_scripted(pc, replies, context, reconcile).await
     }
 
     #[tokio::test]

@@ -299,6 +299,14 @@ pub fn kubectl() -> Result<PathBuf> {
     KUBERNETES.binary("kubectl")
 }
 
+/// The `kubectl` built with the cluster when it is there, else `kubectl` on PATH.
+pub fn kubectl_or_path() -> PathBuf {
+    kubectl()
+        .ok()
+        .filter(|p| cmd::is_executable(p))
+        .unwrap_or_else(|| "kubectl".into())
+}
+
 /// Tells whether `path` is inside one of the cache folders (to recognise our
 /// own processes before signalling them).
 pub fn is_cached_binary(path: &Path) -> bool {

@@ -20,6 +20,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use xtask::kubectl::Kubectl;
+use xtask::process_group;
 
 /// The API server's URL.
 pub const API_SERVER: &str = "https://127.0.0.1:16443";
@@ -160,17 +162,17 @@ impl Layout {
     pub fn kubeconfig(&self) -> PathBuf {
         self.root.join("admin.kubeconfig")
     }
+    /// The cluster's own kubectl with the admin kubeconfig.
+    pub fn kubectl(&self) -> Result<Kubectl> {
+        Ok(Kubectl::new(build::kubectl()?).with_kubeconfig(self.kubeconfig()))
+    }
     fn config(&self, name: &str) -> PathBuf {
         self.root.join("config").join(name)
     }
 
     /// The pid of `p` if it runs (and really is our binary).
     pub fn running_pid(&self, p: Process) -> Option<u32> {
-        let pid: u32 = std::fs::read_to_string(self.pid_file(p))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
+        let pid = process_group::read_pid(&self.pid_file(p))?;
         (is_our_process(pid) || runs_binary(pid, p)).then_some(pid)
     }
 }
@@ -477,15 +479,12 @@ fn start_process(layout: &Layout, p: Process) -> Result<()> {
         .args(process_args(layout, p)?)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
-        // Its own process group: it outlives this command and `down` can stop
-        // it (and anything it spawned) as one.
-        .process_group(0);
-    use std::os::unix::process::CommandExt;
-    let child = command
-        .spawn()
+        .stderr(log);
+    // Its own process group: it outlives this command and `down` can stop
+    // it (and anything it spawned) as one.
+    let child = process_group::spawn(&mut command)
         .with_context(|| format!("starting {}", binary.display()))?;
-    std::fs::write(layout.pid_file(p), child.id().to_string())?;
+    process_group::write_pid(&layout.pid_file(p), child.id())?;
     println!(
         "cluster: started {} (pid {}, log {})",
         p.name(),
@@ -537,21 +536,15 @@ fn wait_started(layout: &Layout, p: Process) -> Result<()> {
 /// (`/readyz` alone can pass while its storage client is still backing off).
 fn wait_api_serves(layout: &Layout, timeout: Duration) -> bool {
     cmd::wait_until(timeout, || {
-        kubectl(layout).is_ok_and(|mut c| {
-            cmd::succeeds(c.args([
+        layout.kubectl().is_ok_and(|k| {
+            k.succeeds([
                 "get",
                 "--raw",
                 "/api/v1/namespaces/default",
                 "--request-timeout=3s",
-            ]))
+            ])
         })
     })
-}
-
-fn kubectl(layout: &Layout) -> Result<Command> {
-    let mut c = Command::new(build::kubectl()?);
-    c.env("KUBECONFIG", layout.kubeconfig());
-    Ok(c)
 }
 
 fn register_nodes(layout: &Layout, real_node: bool) -> Result<()> {
@@ -587,8 +580,9 @@ metadata:
     let path = layout.config("nodes.yaml");
     std::fs::write(&path, manifest)?;
     cmd::output(
-        kubectl(layout)?
-            .args([
+        layout
+            .kubectl()?
+            .with_args([
                 "apply",
                 "--server-side",
                 "--field-manager=xtask-cluster",
@@ -601,26 +595,28 @@ metadata:
 }
 
 fn wait_cluster_ready(layout: &Layout) -> Result<()> {
-    cmd::output(kubectl(layout)?.args([
-        "wait",
-        "--for=condition=Ready",
-        "node",
-        "-l",
-        "type=kwok",
-        "--timeout=120s",
-    ]))
-    .with_context(|| {
-        format!(
-            "the simulated nodes did not become Ready; see {}",
-            layout.log(Process::Kwok).display()
-        )
-    })?;
+    layout
+        .kubectl()?
+        .output([
+            "wait",
+            "--for=condition=Ready",
+            "node",
+            "-l",
+            "type=kwok",
+            "--timeout=120s",
+        ])
+        .with_context(|| {
+            format!(
+                "the simulated nodes did not become Ready; see {}",
+                layout.log(Process::Kwok).display()
+            )
+        })?;
     // Pods need their namespace's `default` ServiceAccount, which the
     // controller manager creates: wait for it so tests can start at once.
     let ok = cmd::wait_until(Duration::from_secs(60), || {
-        kubectl(layout).is_ok_and(|mut c| {
-            cmd::succeeds(c.args(["get", "serviceaccount", "default", "-n", "default"]))
-        })
+        layout
+            .kubectl()
+            .is_ok_and(|k| k.succeeds(["get", "serviceaccount", "default", "-n", "default"]))
     });
     if !ok {
         bail!(
@@ -636,20 +632,13 @@ pub fn stop_process(layout: &Layout, p: Process) -> Result<bool> {
     let Some(pid) = layout.running_pid(p) else {
         return Ok(false);
     };
-    signal_group(pid, "TERM");
-    if !cmd::wait_until(Duration::from_secs(15), || !is_our_process(pid)) {
-        signal_group(pid, "KILL");
-        cmd::wait_until(Duration::from_secs(5), || !is_our_process(pid));
-    }
+    let grace = process_group::Grace {
+        term: Duration::from_secs(15),
+        kill: Duration::from_secs(5),
+    };
+    let _ = process_group::stop(pid, grace, || is_our_process(pid), || {});
     let _ = std::fs::remove_file(layout.pid_file(p));
     Ok(true)
-}
-
-fn signal_group(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([&format!("-{signal}"), "--", &format!("-{pid}")])
-        .stderr(Stdio::null())
-        .status();
 }
 
 /// Every process on this machine running one of the cached cluster binaries.
@@ -673,9 +662,7 @@ pub fn down() -> Result<()> {
     }
     for pid in stray_processes() {
         println!("cluster: stopping leftover process {pid}");
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
+        process_group::signal_process(pid, "KILL");
     }
     if node::supported() {
         node::tear_down(&layout);

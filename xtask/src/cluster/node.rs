@@ -17,7 +17,7 @@
 //! The machine this is developed on has cgroup v1 and no systemd: the kubelet
 //! runs with the cgroupfs driver and `failCgroupV1: false`.
 
-use super::{API_SERVER_PORT, Layout, Process, build, kubectl, pki};
+use super::{API_SERVER_PORT, Layout, Process, build, pki};
 use crate::cmd;
 use crate::image;
 use anyhow::{Context, Result, bail};
@@ -533,8 +533,9 @@ pub fn apply_cluster_objects(layout: &Layout) -> Result<()> {
     let path = layout.config("node-objects.yaml");
     std::fs::write(&path, cluster_objects())?;
     cmd::output(
-        kubectl(layout)?
-            .args([
+        layout
+            .kubectl()?
+            .with_args([
                 "apply",
                 "--server-side",
                 "--force-conflicts",
@@ -625,14 +626,14 @@ pub fn coredns_ready() -> bool {
 /// Waits until the real node is Ready.
 pub fn wait_ready(layout: &Layout) -> Result<()> {
     let ok = cmd::wait_until(Duration::from_secs(90), || {
-        kubectl(layout).is_ok_and(|mut c| {
-            cmd::output(c.args([
+        layout.kubectl().is_ok_and(|k| {
+            k.output([
                 "get",
                 "node",
                 NODE_NAME,
                 "-o",
                 "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ]))
+            ])
             .is_ok_and(|s| s.trim() == "True")
         })
     });
@@ -698,10 +699,7 @@ fn kill_cgroup_tree(dir: &str) {
     let mut pids = Vec::new();
     collect_cgroup_pids(Path::new(dir), &mut pids);
     for pid in pids {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
+        xtask::process_group::signal_process(pid, "KILL");
     }
 }
 

@@ -27,11 +27,15 @@
 //! Results: `target/bench/<operator>-<N>.json`, and from every such file
 //! `target/bench/operators.md` and `target/bench/ready-over-time.svg`.
 
+mod process;
 mod procfs;
 pub(crate) mod report;
+mod watch;
+use process::*;
+use watch::*;
 
 use crate::bench::{Machine, git_commit, out_dir, round3};
-use crate::{cluster, cmd, paths, pulsar};
+use crate::cluster;
 use anyhow::{Context, Result, bail, ensure};
 use clap::{Args, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
@@ -44,11 +48,11 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use xtask::kubectl::Kubectl;
+use xtask::local_operator::{self, Launch, LocalOperator};
 use xtask::requests;
 
 /// Options of `cargo xtask bench operator`.
@@ -307,7 +311,8 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
     let binary = crate::image::build_binary(op.crate_name())?;
     ensure!(binary.is_file(), "{} was not built", binary.display());
     let kubeconfig = cluster::up()?;
-    install(op, &kubeconfig)?;
+    // `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
+    local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
     let sa_kubeconfig = service_account_kubeconfig(op, &kubeconfig)?;
     let result = runtime.block_on(bench(args, &binary, &kubeconfig, &sa_kubeconfig));
     let _ = fs::remove_file(&sa_kubeconfig);
@@ -324,402 +329,25 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
 }
 
 /// kubectl (the cluster's own when built) with the admin kubeconfig.
-fn kubectl(kubeconfig: &Path) -> Command {
-    let program = cluster::build::kubectl()
-        .ok()
-        .filter(|p| cmd::is_executable(p))
-        .unwrap_or_else(|| "kubectl".into());
-    let mut c = Command::new(program);
-    c.env("KUBECONFIG", kubeconfig);
-    c
-}
-
-/// `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
-fn install(op: Operator, kubeconfig: &Path) -> Result<()> {
-    let dir = paths::repo_root().join("deploy").join(op.crate_name());
-    // The operator runs here as a local process: the tree's own Deployment only needs
-    // admitting, on the simulated nodes (on the real node its image would not be there).
-    let system = format!("{}-system", op.crate_name());
-    let _ = cmd::output(kubectl(kubeconfig).args(["create", "namespace", &system]));
-    let mut annotate = kubectl(kubeconfig);
-    annotate.args(["annotate", "namespace", &system, "--overwrite"]);
-    for (key, value) in xtask::simulated::NAMESPACE_ANNOTATIONS {
-        annotate.arg(format!("{key}={value}"));
-    }
-    cmd::output(&mut annotate)?;
-    cmd::output(
-        kubectl(kubeconfig)
-            .args([
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager=bench",
-                "-k",
-            ])
-            .arg(&dir),
-    )?;
-    cmd::output(
-        kubectl(kubeconfig)
-            .args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
-            .arg(dir.join("crd.yaml")),
-    )?;
-    Ok(())
+fn admin_kubectl(kubeconfig: &Path) -> Kubectl {
+    Kubectl::new(cluster::build::kubectl_or_path()).with_kubeconfig(kubeconfig)
 }
 
 /// A kubeconfig with a fresh token of the operator's ServiceAccount.
 fn service_account_kubeconfig(op: Operator, admin: &Path) -> Result<PathBuf> {
-    let (name, namespace) = (op.crate_name(), format!("{}-system", op.crate_name()));
-    let token = cmd::output(kubectl(admin).args([
-        "create",
-        "token",
-        name,
-        "-n",
-        &namespace,
-        "--duration=2h",
-    ]))?;
-    let config = xtask::kubeconfig::for_service_account(admin, &namespace, name, &token, None)?;
-    let dir = out_dir()?.join("logs");
-    fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}-{}.kubeconfig", op.name(), std::process::id()));
-    xtask::kubeconfig::write(&config, &path)?;
+    let path =
+        out_dir()?
+            .join("logs")
+            .join(format!("{}-{}.kubeconfig", op.name(), std::process::id()));
+    local_operator::service_account_kubeconfig(
+        &admin_kubectl(admin),
+        &format!("{}-system", op.crate_name()),
+        op.crate_name(),
+        "2h",
+        None,
+        &path,
+    )?;
     Ok(path)
-}
-
-// ---------------------------------------------------------------------------
-// What the bench's own watches see
-// ---------------------------------------------------------------------------
-
-/// The custom resources as watched.
-#[derive(Default)]
-struct Objects {
-    /// Live objects: name -> generation.
-    generation: HashMap<String, i64>,
-    /// When each object was first seen Ready at a generation.
-    ready_at: HashMap<(String, i64), Instant>,
-    /// Changes seen after the initial list.
-    changes: u64,
-}
-
-/// The pods of the bench namespace as watched (metadata only).
-#[derive(Default)]
-struct Pods {
-    /// UIDs of every pod ever seen.
-    ever: HashSet<String>,
-    /// UIDs of pods that exist (terminating ones included).
-    present: HashSet<String>,
-    /// UIDs of pods that exist and are not terminating.
-    active: HashSet<String>,
-    /// Changes seen after the initial list.
-    changes: u64,
-    /// Pods listed during a re-list, applied at its end.
-    relist: Option<Vec<(String, bool)>>,
-}
-
-impl Objects {
-    fn observe(&mut self, obj: &DynamicObject, now: Instant) {
-        let name = obj.name_any();
-        let generation = obj.metadata.generation.unwrap_or(0);
-        self.generation.insert(name.clone(), generation);
-        let status = &obj.data["status"];
-        let observed = status["observedGeneration"].as_i64().unwrap_or(0);
-        let ready = status["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        });
-        if ready && observed >= generation {
-            self.ready_at.entry((name, generation)).or_insert(now);
-        }
-    }
-
-    /// Objects Ready at `generation` (or a later one).
-    fn ready(&self, names: &[String], generations: &HashMap<String, i64>) -> usize {
-        names
-            .iter()
-            .filter(|n| {
-                let want = generations.get(*n).copied().unwrap_or(1);
-                let have = self.generation.get(*n).copied().unwrap_or(0);
-                have >= want && self.ready_at.contains_key(&((*n).clone(), have))
-            })
-            .count()
-    }
-}
-
-impl Pods {
-    fn observe(&mut self, uid: String, terminating: bool) {
-        self.ever.insert(uid.clone());
-        self.present.insert(uid.clone());
-        if terminating {
-            self.active.remove(&uid);
-        } else {
-            self.active.insert(uid);
-        }
-    }
-
-    fn gone(&mut self, uid: &str) {
-        self.present.remove(uid);
-        self.active.remove(uid);
-    }
-}
-
-/// The label of the bench's stranger pods (`--stranger-pods`).
-const STRANGER_LABEL: &str = "bench.rust-operators.dev/stranger";
-
-/// Creates `count` pods that belong to nobody in `namespace` (32 requests at a time).
-async fn create_strangers(client: &Client, namespace: &str, count: u32) -> Result<()> {
-    if count == 0 {
-        return Ok(());
-    }
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let started = Instant::now();
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {
-                        "name": format!("stranger-{i:05}"),
-                        "labels": { STRANGER_LABEL: "true", "app": "someone-else" },
-                    },
-                    "spec": {
-                        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{"name": "c", "image": "busybox",
-                            "securityContext": {"allowPrivilegeEscalation": false,
-                                "capabilities": {"drop": ["ALL"]}}}],
-                    },
-                }))?;
-                api.create(&PostParams::default(), &pod)
-                    .await
-                    .with_context(|| format!("creating stranger pod {i}"))?;
-                Ok::<_, anyhow::Error>(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<()>>()
-        .await?;
-    println!(
-        "    {count} stranger pods created in {}s",
-        seconds(started, Instant::now())
-    );
-    // Let the scheduler and the simulated kubelets finish with them first, so the run
-    // measures the operator beside them, not the cluster still busy placing them.
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let running = ListParams::default()
-        .labels(STRANGER_LABEL)
-        .fields("status.phase=Running");
-    loop {
-        let n = api.list_metadata(&running).await?.items.len();
-        if n >= count as usize {
-            break;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "only {n} of {count} stranger pods Running after 600 s"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    println!(
-        "    {count} stranger pods Running after {}s",
-        seconds(started, Instant::now())
-    );
-    Ok(())
-}
-
-/// Watches the custom resources and the pods of `namespace` into shared state.
-fn spawn_watches(
-    client: &Client,
-    namespace: &str,
-    op: Operator,
-) -> (Arc<Mutex<Objects>>, Arc<Mutex<Pods>>) {
-    let objects = Arc::new(Mutex::new(Objects::default()));
-    let pods = Arc::new(Mutex::new(Pods::default()));
-    let cr_api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &op.api_resource());
-    let state = objects.clone();
-    tokio::spawn(async move {
-        let mut stream = watcher::watcher(cr_api, watcher::Config::default()).boxed();
-        while let Some(event) = stream.next().await {
-            let now = Instant::now();
-            let Ok(mut s) = state.lock() else { break };
-            match event {
-                Ok(Event::Apply(obj)) => {
-                    s.changes += 1;
-                    s.observe(&obj, now);
-                }
-                Ok(Event::InitApply(obj)) => s.observe(&obj, now),
-                Ok(Event::Delete(obj)) => {
-                    s.changes += 1;
-                    s.generation.remove(&obj.name_any());
-                }
-                Ok(Event::Init | Event::InitDone) => {}
-                Err(e) => eprintln!("bench: custom resource watch: {e}"),
-            }
-        }
-    });
-    let pod_api: Api<PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), namespace);
-    let state = pods.clone();
-    tokio::spawn(async move {
-        // The stranger pods are not the operator's business, nor the bench's count.
-        let config = watcher::Config::default().labels(&format!("!{STRANGER_LABEL}"));
-        let mut stream = watcher::watcher(pod_api, config).boxed();
-        while let Some(event) = stream.next().await {
-            let Ok(mut s) = state.lock() else { break };
-            match event {
-                Ok(Event::Apply(p)) => {
-                    s.changes += 1;
-                    let terminating = p.metadata.deletion_timestamp.is_some();
-                    s.observe(p.uid().unwrap_or_default(), terminating);
-                }
-                Ok(Event::Delete(p)) => {
-                    s.changes += 1;
-                    s.gone(&p.uid().unwrap_or_default());
-                }
-                Ok(Event::Init) => s.relist = Some(Vec::new()),
-                Ok(Event::InitApply(p)) => {
-                    let entry = (
-                        p.uid().unwrap_or_default(),
-                        p.metadata.deletion_timestamp.is_some(),
-                    );
-                    s.relist.get_or_insert_with(Vec::new).push(entry);
-                }
-                Ok(Event::InitDone) => {
-                    let listed = s.relist.take().unwrap_or_default();
-                    s.present.clear();
-                    s.active.clear();
-                    for (uid, terminating) in listed {
-                        s.observe(uid, terminating);
-                    }
-                }
-                Err(e) => eprintln!("bench: pod watch: {e}"),
-            }
-        }
-    });
-    (objects, pods)
-}
-
-// ---------------------------------------------------------------------------
-// The operator process
-// ---------------------------------------------------------------------------
-
-/// The operator under test; SIGTERM (then SIGKILL) when dropped.
-struct OperatorProcess {
-    child: Child,
-    log_path: PathBuf,
-    metrics_port: u16,
-    health_port: u16,
-}
-
-impl OperatorProcess {
-    fn start(
-        binary: &Path,
-        kubeconfig: &Path,
-        namespace: &str,
-        log_path: &Path,
-        env: &[(String, String)],
-    ) -> Result<Self> {
-        let metrics_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let health_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let log = fs::File::create(log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = Command::new(binary)
-            .arg("run")
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
-            .arg(format!(
-                "--health-probe-bind-address=127.0.0.1:{health_port}"
-            ))
-            .arg("--log-format=json")
-            .env("KUBECONFIG", kubeconfig)
-            .env("WATCH_NAMESPACE", namespace)
-            .env("RUST_LOG", requests::RUST_LOG)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        Ok(Self {
-            child,
-            log_path: log_path.to_owned(),
-            metrics_port,
-            health_port,
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn sample(&self) -> Result<procfs::Sample> {
-        procfs::sample(self.pid())
-            .with_context(|| format!("the operator is gone; log: {}", self.log_path.display()))
-    }
-
-    async fn wait_ready(&mut self) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "the operator exited ({status}); log: {}",
-                    self.log_path.display()
-                );
-            }
-            let port = self.health_port;
-            let ok = tokio::task::spawn_blocking(move || pulsar::http_get(port, "/readyz"))
-                .await?
-                .is_some_and(|(code, _)| code == 200);
-            if ok {
-                return Ok(());
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "the operator was not ready within 60 s; log: {}",
-                self.log_path.display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// The operator's log so far, from byte `from`.
-    fn log_from(&self, from: usize) -> String {
-        let text = fs::read(&self.log_path).unwrap_or_default();
-        String::from_utf8_lossy(text.get(from..).unwrap_or_default()).into_owned()
-    }
-
-    /// Bytes logged so far (a phase boundary).
-    fn log_len(&self) -> usize {
-        fs::metadata(&self.log_path).map_or(0, |m| m.len() as usize)
-    }
-
-    /// `controller_runtime_reconcile_total`, summed over results.
-    fn reconciles(&self) -> u64 {
-        pulsar::http_get(self.metrics_port, "/metrics")
-            .map(|(_, body)| {
-                body.lines()
-                    .filter(|l| l.starts_with("controller_runtime_reconcile_total"))
-                    .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
-                    .sum::<f64>() as u64
-            })
-            .unwrap_or(0)
-    }
-
-    fn stop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 // ---------------------------------------------------------------------------

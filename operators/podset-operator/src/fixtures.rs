@@ -1,0 +1,39 @@
+//! Test fixtures shared by the unit tests of several modules.
+#![allow(clippy::unwrap_used)]
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use shared::slim::SlimPod;
+
+/// A pod named `name` in `phase` whose `Ready` condition is `ready`, as the cache holds it.
+pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    }
+    .into()
+}
+
+/// [`pod`], created at second `created` of the epoch.
+pub(crate) fn pod_created(name: &str, phase: &str, ready: bool, created: i64) -> SlimPod {
+    let mut pod = pod(name, phase, ready);
+    pod.metadata.creation_timestamp = Some(Time(t(created)));
+    pod
+}
+
+/// Second `s` of the epoch.
+pub(crate) fn t(s: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(s).unwrap()
+}
