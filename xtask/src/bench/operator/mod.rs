@@ -760,9 +760,22 @@ async fn bench_in(
 
     // Delete everything.
     let t_delete = Instant::now();
-    cr_api
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await?;
+    // One collection delete of thousands of objects can outlast a request on a busy API
+    // server (the client then sees the connection fail); what one attempt did not delete,
+    // the next one does.
+    for attempt in 1..=3 {
+        match cr_api
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if attempt < 3 => {
+                println!("    delete: attempt {attempt} failed ({e}); again");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
