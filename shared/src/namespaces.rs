@@ -432,7 +432,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
             .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))
             .map(|(_, store)| {
                 store.state_filter(|obj| {
-                    obj.namespace().as_deref() == Some(namespace) && predicate(obj)
+                    obj.meta().namespace.as_deref() == Some(namespace) && predicate(obj)
                 })
             })
             .unwrap_or_default()
