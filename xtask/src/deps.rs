@@ -73,7 +73,8 @@ pub fn is_root() -> bool {
 pub const BUILD: [(&str, &str); 1] = [("protoc", "protobuf-compiler")];
 
 /// What `cargo xtask test` needs beyond [`BUILD`] and the local cluster's
-/// own packages: curl and openssl (the local cluster), Chromium (the lolcow
+/// own packages: curl (the local cluster's health check), openssl (the
+/// secure-metrics test makes a certificate directory with it), Chromium (the lolcow
 /// page's browser tests), Java and Maven (the real Pulsar broker), the
 /// `kill` program, skopeo, umoci, docker-registry and qemu (the image tests;
 /// the arm64 binary runs under `qemu-aarch64-static`), and the CA bundle
@@ -93,10 +94,9 @@ pub const TEST: [(&str, &str); 11] = [
 ];
 
 /// What `cargo xtask demo` needs beyond [`BUILD`] and the local cluster's
-/// own packages.
-pub const DEMO: [(&str, &str); 6] = [
+/// own packages (its certificates are made in process, without `openssl`).
+pub const DEMO: [(&str, &str); 5] = [
     ("curl", "curl"),
-    ("openssl", "openssl"),
     ("java", "openjdk-17-jre-headless"),
     ("mvn", "maven"),
     ("/usr/bin/kill", "procps"),
