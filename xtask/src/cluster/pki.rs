@@ -102,7 +102,7 @@ pub fn ensure(dir: &Path) -> Result<()> {
         return issue_identities(dir);
     }
     let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
-    let mut ca = params(&[("", CA_NAME)])?;
+    let mut ca = params(CA_NAME, None);
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -114,7 +114,7 @@ pub fn ensure(dir: &Path) -> Result<()> {
     std::fs::write(dir.join("ca.crt"), ca_cert.pem())?;
     let issuer = Issuer::new(ca, ca_key);
 
-    let mut api = params(&[("", "kube-apiserver")])?;
+    let mut api = params("kube-apiserver", None);
     api.subject_alt_names = API_SERVER_IPS
         .iter()
         .map(|ip| SanType::IpAddress(IpAddr::V4(*ip)))
@@ -155,30 +155,23 @@ fn issue_identities_with(dir: &Path, issuer: &Issuer<'_, KeyPair>) -> Result<()>
         if dir.join(format!("{}.crt", id.file)).exists() {
             continue;
         }
-        let params = match id.group {
-            Some(group) => params(&[("O", group), ("", id.user)])?,
-            None => params(&[("", id.user)])?,
-        };
-        let mut params = params;
+        let mut params = params(id.user, id.group);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         issue(dir, id.file, params, issuer)?;
     }
     Ok(())
 }
 
-/// A leaf's parameters: the subject's attributes in order (`""` is the CN,
-/// `"O"` the organization), ten years from now, the key usages of a TLS key.
-fn params(subject: &[(&str, &str)]) -> Result<CertificateParams> {
+/// A certificate's parameters: the subject `O=<organization>, CN=<common_name>`
+/// (in that order, as the `openssl` subjects were), valid from now for ten
+/// years, with the key usages of a TLS key.
+fn params(common_name: &str, organization: Option<&str>) -> CertificateParams {
     let mut params = CertificateParams::default();
     let mut name = DistinguishedName::new();
-    for (attribute, value) in subject {
-        let kind = if *attribute == "O" {
-            DnType::OrganizationName
-        } else {
-            DnType::CommonName
-        };
-        name.push(kind, *value);
+    if let Some(organization) = organization {
+        name.push(DnType::OrganizationName, organization);
     }
+    name.push(DnType::CommonName, common_name);
     params.distinguished_name = name;
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::minutes(5);
@@ -188,7 +181,7 @@ fn params(subject: &[(&str, &str)]) -> Result<CertificateParams> {
         KeyUsagePurpose::KeyEncipherment,
     ];
     params.use_authority_key_identifier_extension = true;
-    Ok(params)
+    params
 }
 
 /// Makes `<stem>.key` and `<stem>.crt`, the certificate signed by `issuer`.
