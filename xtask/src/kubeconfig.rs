@@ -54,13 +54,13 @@ pub fn for_service_account(
     })
 }
 
-/// Writes `config` to `path` (as JSON, which every kubeconfig reader accepts).
+/// Writes `config` to `path` as YAML.
 ///
 /// # Errors
 /// When the file cannot be written.
 pub fn write(config: &Kubeconfig, path: &Path) -> Result<()> {
-    std::fs::write(path, serde_json::to_string_pretty(config)?)
-        .with_context(|| format!("writing {}", path.display()))
+    let text = serde_saphyr::to_string(config).context("serializing a kubeconfig")?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A client from the kubeconfig file at `path` (its current context).
