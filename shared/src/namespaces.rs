@@ -6,7 +6,12 @@
 //! streams into one store: a watcher's re-list of one namespace would otherwise wipe the
 //! other namespaces' objects from the shared store.
 
-use std::{fmt, str::FromStr, sync::Arc};
+use std::{
+    collections::{BTreeSet, HashMap},
+    fmt,
+    str::FromStr,
+    sync::Arc,
+};
 
 use futures::{Stream, StreamExt};
 use kube::{
@@ -389,26 +394,111 @@ impl Scope {
 }
 
 /// Stores of one child kind, one per [`Scope`], so a reconcile finds the cache that holds
-/// its object's namespace.
-#[derive(Debug)]
+/// its object's namespace; optionally indexed by a key of each object (a label, an owner's
+/// UID), so a reconcile finds its own objects without scanning the namespace's whole cache.
 pub struct ScopedStores<K: Resource<DynamicType = ()> + 'static> {
     stores: std::sync::RwLock<Vec<(Option<String>, Store<K>)>>,
+    index: Option<KeyIndex<K>>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> fmt::Debug for ScopedStores<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedStores")
+            .field("kind", &K::kind(&()))
+            .field("indexed", &self.index.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Names of cached objects by (namespace, key). Entries are added as the watch delivers
+/// objects and removed when an object leaves the store; a lookup checks every name against
+/// the store, so an entry left behind (an object whose key changed, one removed by a relist)
+/// is never returned.
+struct KeyIndex<K> {
+    key: fn(&K) -> Option<String>,
+    names: std::sync::RwLock<HashMap<(String, String), BTreeSet<String>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for ScopedStores<K> {
     fn default() -> Self {
         Self {
             stores: std::sync::RwLock::new(Vec::new()),
+            index: None,
         }
     }
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
+    /// Stores indexed by `key` (see [`ScopedStores::by_key`]); the watch's objects must be
+    /// passed to [`ScopedStores::observe`].
+    #[must_use]
+    pub fn indexed(key: fn(&K) -> Option<String>) -> Self {
+        Self {
+            stores: std::sync::RwLock::new(Vec::new()),
+            index: Some(KeyIndex {
+                key,
+                names: std::sync::RwLock::new(HashMap::new()),
+            }),
+        }
+    }
+
     /// Registers the store of `scope`.
     pub fn insert(&self, scope: &Scope, store: Store<K>) {
         if let Ok(mut stores) = self.stores.write() {
             stores.push((scope.namespace.clone(), store));
         }
+    }
+
+    /// Keeps the index up to date with an object the watch delivered (after the reflector
+    /// applied it: an object no longer in the store was deleted).
+    pub fn observe(&self, obj: &K) {
+        let Some(index) = &self.index else {
+            return;
+        };
+        let (Some(namespace), Some(name)) =
+            (obj.meta().namespace.as_deref(), obj.meta().name.as_deref())
+        else {
+            return;
+        };
+        let Some(key) = (index.key)(obj) else {
+            return;
+        };
+        let present = self.find(namespace, name).is_some();
+        let Ok(mut names) = index.names.write() else {
+            return;
+        };
+        let entry = (namespace.to_owned(), key);
+        if present {
+            names.entry(entry).or_default().insert(name.to_owned());
+        } else if let Some(set) = names.get_mut(&entry) {
+            set.remove(name);
+            if set.is_empty() {
+                names.remove(&entry);
+            }
+        }
+    }
+
+    /// The cached objects in `namespace` whose key is `key` (none when not indexed).
+    #[must_use]
+    pub fn by_key(&self, namespace: &str, key: &str) -> Vec<Arc<K>> {
+        let Some(index) = &self.index else {
+            return Vec::new();
+        };
+        let names: Vec<String> = index
+            .names
+            .read()
+            .ok()
+            .and_then(|names| {
+                names
+                    .get(&(namespace.to_owned(), key.to_owned()))
+                    .map(|set| set.iter().cloned().collect())
+            })
+            .unwrap_or_default();
+        names
+            .iter()
+            .filter_map(|name| self.find(namespace, name))
+            .filter(|obj| (index.key)(obj).as_deref() == Some(key))
+            .collect()
     }
 
     /// The object `name` in `namespace`, from the store of the scope holding it.
@@ -421,7 +511,8 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
         store.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// Objects in `namespace` that satisfy `predicate`, from the store of the scope holding it.
+    /// Objects in `namespace` that satisfy `predicate`, from the store of the scope holding it
+    /// (a scan of the store: prefer [`ScopedStores::by_key`] on a hot path).
     #[must_use]
     pub fn in_namespace(&self, namespace: &str, predicate: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
         let Ok(stores) = self.stores.read() else {
@@ -476,6 +567,57 @@ mod tests {
             Some("b")
         );
         assert!(stores.find("c", "x").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_index_finds_objects_by_key_as_the_watch_changes_them() {
+        let pod = |name: &str, app: &str| {
+            let mut p = Pod::default();
+            p.metadata.namespace = Some("a".into());
+            p.metadata.name = Some(name.into());
+            p.metadata.labels = Some([("app".to_owned(), app.to_owned())].into());
+            p
+        };
+        let client = || {
+            let service = tower::service_fn(|_: axum::http::Request<kube::client::Body>| async {
+                Err::<axum::http::Response<kube::client::Body>, _>(std::io::Error::other("offline"))
+            });
+            Client::new(service, "default")
+        };
+        let stores = ScopedStores::<Pod>::indexed(|p: &Pod| p.labels().get("app").cloned());
+        let (store, mut writer) = reflector::store::<Pod>();
+        stores.insert(&Scope::new(client(), None), store);
+        let mut deliver = |event: watcher::Event<Pod>| {
+            writer.apply_watcher_event(&event);
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::Delete(p) => stores.observe(&p),
+                _ => {}
+            }
+        };
+        deliver(watcher::Event::Apply(pod("x1", "x")));
+        deliver(watcher::Event::Apply(pod("x2", "x")));
+        deliver(watcher::Event::Apply(pod("y1", "y")));
+        let names = |key: &str| {
+            let mut n: Vec<String> = stores
+                .by_key("a", key)
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names("x"), ["x1", "x2"]);
+        assert_eq!(names("y"), ["y1"]);
+        assert!(stores.by_key("b", "x").is_empty());
+        // Deleted: gone from the index.
+        deliver(watcher::Event::Delete(pod("x1", "x")));
+        assert_eq!(names("x"), ["x2"]);
+        // Relabelled: found under its new key only.
+        deliver(watcher::Event::Apply(pod("x2", "y")));
+        assert!(names("x").is_empty());
+        assert_eq!(names("y"), ["x2", "y1"]);
+        // Not indexed: nothing by key.
+        assert!(ScopedStores::<Pod>::default().by_key("a", "y").is_empty());
     }
 
     #[test]
