@@ -302,6 +302,55 @@ impl Scope {
             + Sync
             + 'static,
     {
+        self.reflect_with(wc, trim, |_| {})
+    }
+
+    /// Like [`Scope::reflect`], into `stores`: registers this scope's store there and keeps
+    /// the index of [`ScopedStores::indexed`] in step with it, event by event.
+    pub fn reflect_into<K>(
+        &self,
+        wc: watcher::Config,
+        stores: &Arc<ScopedStores<K>>,
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (index, scope) = (Arc::clone(stores), self.namespace.clone());
+        let (store, stream) = self.reflect_with(
+            wc,
+            |_| {},
+            move |event| {
+                index.apply(&scope, event);
+            },
+        );
+        stores.insert(self, store);
+        stream
+    }
+
+    fn reflect_with<K>(
+        &self,
+        wc: watcher::Config,
+        trim: fn(&mut K),
+        on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
+    ) -> (
+        Store<K>,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    )
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
         let wc = if self.streaming_lists {
             wc.streaming_lists()
         } else {
@@ -334,6 +383,9 @@ impl Scope {
         )
         // After the reflector: by then the store holds the whole first list.
         .inspect(move |event| {
+            if let Ok(event) = event {
+                on_event(event);
+            }
             let namespace = namespace.as_deref().unwrap_or("<all namespaces>");
             status.send_if_modified(|s| {
                 let Some(w) = s.watches.get_mut(index) else {
@@ -410,13 +462,54 @@ impl<K: Resource<DynamicType = ()> + 'static> fmt::Debug for ScopedStores<K> {
     }
 }
 
-/// Names of cached objects by (namespace, key). Entries are added as the watch delivers
-/// objects and removed when an object leaves the store; a lookup checks every name against
-/// the store, so an entry left behind (an object whose key changed, one removed by a relist)
-/// is never returned.
+/// The index of [`ScopedStores::indexed`]: per scope, object names by (namespace, key),
+/// kept in step with the scope's store by the same watch events, applied the way the
+/// reflector applies them (a relist's objects are gathered apart and replace the index
+/// when the relist is complete, as they replace the store).
 struct KeyIndex<K> {
     key: fn(&K) -> Option<String>,
-    names: std::sync::RwLock<HashMap<(String, String), BTreeSet<String>>>,
+    scopes: std::sync::RwLock<HashMap<Option<String>, ScopeIndex>>,
+}
+
+/// Names by (namespace, key), and each object's key by (namespace, name).
+#[derive(Default)]
+struct Names {
+    by_key: HashMap<(String, String), BTreeSet<String>>,
+    key_of: HashMap<(String, String), String>,
+}
+
+impl Names {
+    fn insert(&mut self, namespace: &str, name: &str, key: Option<String>) {
+        self.remove(namespace, name);
+        if let Some(key) = key {
+            let id = (namespace.to_owned(), name.to_owned());
+            self.by_key
+                .entry((namespace.to_owned(), key.clone()))
+                .or_default()
+                .insert(name.to_owned());
+            self.key_of.insert(id, key);
+        }
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) {
+        let id = (namespace.to_owned(), name.to_owned());
+        if let Some(key) = self.key_of.remove(&id) {
+            let entry = (namespace.to_owned(), key);
+            if let Some(set) = self.by_key.get_mut(&entry) {
+                set.remove(name);
+                if set.is_empty() {
+                    self.by_key.remove(&entry);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct ScopeIndex {
+    live: Names,
+    /// A relist in progress.
+    relist: Option<Names>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for ScopedStores<K> {
@@ -429,15 +522,15 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for ScopedStores<K
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
-    /// Stores indexed by `key` (see [`ScopedStores::by_key`]); the watch's objects must be
-    /// passed to [`ScopedStores::observe`].
+    /// Stores indexed by `key` (see [`ScopedStores::by_key`]). Fill them with
+    /// [`Scope::reflect_into`], which keeps the index in step with each store.
     #[must_use]
     pub fn indexed(key: fn(&K) -> Option<String>) -> Self {
         Self {
             stores: std::sync::RwLock::new(Vec::new()),
             index: Some(KeyIndex {
                 key,
-                names: std::sync::RwLock::new(HashMap::new()),
+                scopes: std::sync::RwLock::new(HashMap::new()),
             }),
         }
     }
@@ -449,31 +542,38 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
         }
     }
 
-    /// Keeps the index up to date with an object the watch delivered (after the reflector
-    /// applied it: an object no longer in the store was deleted).
-    pub fn observe(&self, obj: &K) {
+    /// Applies a watch event of `scope`'s store to the index, after the reflector applied
+    /// it to the store.
+    fn apply(&self, scope: &Option<String>, event: &watcher::Event<K>) {
         let Some(index) = &self.index else {
             return;
         };
-        let (Some(namespace), Some(name)) =
-            (obj.meta().namespace.as_deref(), obj.meta().name.as_deref())
-        else {
+        let Ok(mut scopes) = index.scopes.write() else {
             return;
         };
-        let Some(key) = (index.key)(obj) else {
-            return;
-        };
-        let present = self.find(namespace, name).is_some();
-        let Ok(mut names) = index.names.write() else {
-            return;
-        };
-        let entry = (namespace.to_owned(), key);
-        if present {
-            names.entry(entry).or_default().insert(name.to_owned());
-        } else if let Some(set) = names.get_mut(&entry) {
-            set.remove(name);
-            if set.is_empty() {
-                names.remove(&entry);
+        let s = scopes.entry(scope.clone()).or_default();
+        let id = |obj: &K| Some((obj.meta().namespace.clone()?, obj.meta().name.clone()?));
+        match event {
+            watcher::Event::Apply(obj) => {
+                if let Some((ns, name)) = id(obj) {
+                    s.live.insert(&ns, &name, (index.key)(obj));
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                if let Some((ns, name)) = id(obj) {
+                    s.live.remove(&ns, &name);
+                }
+            }
+            watcher::Event::Init => s.relist = Some(Names::default()),
+            watcher::Event::InitApply(obj) => {
+                if let (Some((ns, name)), Some(relist)) = (id(obj), s.relist.as_mut()) {
+                    relist.insert(&ns, &name, (index.key)(obj));
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(relist) = s.relist.take() {
+                    s.live = relist;
+                }
             }
         }
     }
@@ -484,12 +584,24 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
         let Some(index) = &self.index else {
             return Vec::new();
         };
+        let scope = self.stores.read().ok().and_then(|stores| {
+            stores
+                .iter()
+                .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))
+                .map(|(ns, _)| ns.clone())
+        });
+        let Some(scope) = scope else {
+            return Vec::new();
+        };
         let names: Vec<String> = index
-            .names
+            .scopes
             .read()
             .ok()
-            .and_then(|names| {
-                names
+            .and_then(|scopes| {
+                scopes
+                    .get(&scope)?
+                    .live
+                    .by_key
                     .get(&(namespace.to_owned(), key.to_owned()))
                     .map(|set| set.iter().cloned().collect())
             })
@@ -589,14 +701,8 @@ mod tests {
         stores.insert(&Scope::new(client(), None), store);
         let mut deliver = |event: watcher::Event<Pod>| {
             writer.apply_watcher_event(&event);
-            match event {
-                watcher::Event::Apply(p) | watcher::Event::Delete(p) => stores.observe(&p),
-                _ => {}
-            }
+            stores.apply(&None, &event);
         };
-        deliver(watcher::Event::Apply(pod("x1", "x")));
-        deliver(watcher::Event::Apply(pod("x2", "x")));
-        deliver(watcher::Event::Apply(pod("y1", "y")));
         let names = |key: &str| {
             let mut n: Vec<String> = stores
                 .by_key("a", key)
@@ -606,6 +712,13 @@ mod tests {
             n.sort();
             n
         };
+        // The first list: nothing is found until it is complete, then all of it.
+        deliver(watcher::Event::Init);
+        deliver(watcher::Event::InitApply(pod("x1", "x")));
+        deliver(watcher::Event::InitApply(pod("x2", "x")));
+        assert!(names("x").is_empty());
+        deliver(watcher::Event::InitApply(pod("y1", "y")));
+        deliver(watcher::Event::InitDone);
         assert_eq!(names("x"), ["x1", "x2"]);
         assert_eq!(names("y"), ["y1"]);
         assert!(stores.by_key("b", "x").is_empty());
@@ -616,6 +729,17 @@ mod tests {
         deliver(watcher::Event::Apply(pod("x2", "y")));
         assert!(names("x").is_empty());
         assert_eq!(names("y"), ["x2", "y1"]);
+        deliver(watcher::Event::Apply(pod("x3", "x")));
+        // A relist (the watch fell behind): what the store shows stays found until the
+        // relist is complete, then the relist's objects replace it (y1 and x3 are gone).
+        deliver(watcher::Event::Init);
+        deliver(watcher::Event::InitApply(pod("x2", "y")));
+        deliver(watcher::Event::InitApply(pod("x4", "x")));
+        assert_eq!(names("x"), ["x3"]);
+        assert_eq!(names("y"), ["x2", "y1"]);
+        deliver(watcher::Event::InitDone);
+        assert_eq!(names("x"), ["x4"]);
+        assert_eq!(names("y"), ["x2"]);
         // Not indexed: nothing by key.
         assert!(ScopedStores::<Pod>::default().by_key("a", "y").is_empty());
     }

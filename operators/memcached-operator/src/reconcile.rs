@@ -3,7 +3,6 @@
 //! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
 //! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop.
 
-use futures::StreamExt;
 use std::{fmt::Debug, sync::Arc};
 
 use k8s_openapi::{
@@ -122,15 +121,10 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     let (services, service_events) = scope.reflect::<Slim<Service>>(ours);
     ctx.services.insert(scope, services);
     // Only the pods' metadata, phase and conditions are read (`status.nodes`, readiness).
-    let (pods, pod_events) =
-        scope.reflect::<SlimPod>(watcher::Config::default().labels(&desired::all_pods_selector()));
-    ctx.pods.insert(scope, pods);
-    let index = ctx.pods.clone();
-    let pod_events = pod_events.inspect(move |event| {
-        if let Ok(pod) = event {
-            index.observe(pod);
-        }
-    });
+    let pod_events = scope.reflect_into::<SlimPod>(
+        watcher::Config::default().labels(&desired::all_pods_selector()),
+        &ctx.pods,
+    );
     scope
         .controller::<Memcached>(watcher::Config::default())
         .owns_stream(deployment_events)

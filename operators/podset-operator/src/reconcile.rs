@@ -99,17 +99,14 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// label is caught as it leaves the watch ([`Strays`]) and relabelled.
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
     let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
-    let (pods, pod_events) = scope.reflect::<SlimPod>(watcher::Config::default().labels(&selector));
-    ctx.pods.insert(scope, pods.clone());
-    let (expectations, strays, index) = (
+    let pod_events =
+        scope.reflect_into::<SlimPod>(watcher::Config::default().labels(&selector), &ctx.pods);
+    let (expectations, strays, pods) = (
         ctx.expectations.clone(),
         ctx.strays.clone(),
         ctx.pods.clone(),
     );
     let pod_events = pod_events.inspect(move |event| {
-        if let Ok(pod) = event {
-            index.observe(pod);
-        }
         if let Ok(pod) = event
             && let Some(owner) = pod
                 .owner_references()
@@ -120,7 +117,14 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
             expectations.observe(&owner.uid, &pod.name_any(), terminating);
             // The reflector has applied the event: a pod missing from the store that is
             // not being deleted stopped matching the selector.
-            if !terminating && pods.get(&ObjectRef::from_obj(pod)).is_none() {
+            if !terminating
+                && pods
+                    .find(
+                        pod.namespace().as_deref().unwrap_or_default(),
+                        &pod.name_any(),
+                    )
+                    .is_none()
+            {
                 strays.add(&owner.uid, &pod.name_any());
             }
         }
