@@ -83,7 +83,7 @@ pub struct Context {
     pub services: ScopedStores<Slim<Service>>,
     /// The memcached pods, one cache per watched scope (only what reconciles read:
     /// [`SlimPod`]).
-    pub pods: ScopedStores<SlimPod>,
+    pub pods: Arc<ScopedStores<SlimPod>>,
     /// The memcached image (`MEMCACHED_IMAGE`, else [`DEFAULT_IMAGE`]).
     pub image: String,
 }
@@ -96,7 +96,11 @@ impl Context {
             toolkit,
             deployments: ScopedStores::default(),
             services: ScopedStores::default(),
-            pods: ScopedStores::default(),
+            // Indexed by the Memcached's name (`app.kubernetes.io/instance`): a reconcile
+            // reads its own pods only.
+            pods: Arc::new(ScopedStores::indexed(|p: &SlimPod| {
+                p.labels().get(INSTANCE_LABEL).cloned()
+            })),
             image: image
                 .map(|i| i.trim().to_owned())
                 .filter(|i| !i.is_empty())
@@ -117,9 +121,10 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     let (services, service_events) = scope.reflect::<Slim<Service>>(ours);
     ctx.services.insert(scope, services);
     // Only the pods' metadata, phase and conditions are read (`status.nodes`, readiness).
-    let (pods, pod_events) =
-        scope.reflect::<SlimPod>(watcher::Config::default().labels(&desired::all_pods_selector()));
-    ctx.pods.insert(scope, pods);
+    let pod_events = scope.reflect_into::<SlimPod>(
+        watcher::Config::default().labels(&desired::all_pods_selector()),
+        &ctx.pods,
+    );
     scope
         .controller::<Memcached>(watcher::Config::default())
         .owns_stream(deployment_events)
@@ -320,10 +325,12 @@ async fn update_status(
     announced: &[Announce],
 ) -> Result<(), Error> {
     let name = mc.name_any();
-    let pods = ctx.pods.in_namespace(ns, |p| {
-        p.labels().get(INSTANCE_LABEL) == Some(&name) && desired::is_pod_of(p, &name)
-    });
-    let pods: Vec<&SlimPod> = pods.iter().map(AsRef::as_ref).collect();
+    let pods = ctx.pods.by_key(ns, &name);
+    let pods: Vec<_> = pods
+        .iter()
+        .filter(|p| desired::is_pod_of(p, &name))
+        .collect();
+    let pods: Vec<&SlimPod> = pods.into_iter().map(AsRef::as_ref).collect();
     let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
     publish_status(
         &Api::namespaced(ctx.toolkit.client.clone(), ns),

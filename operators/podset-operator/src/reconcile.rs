@@ -19,7 +19,7 @@ use kube::{
 };
 use shared::{
     Scope, Toolkit,
-    apply::{is_controlled_by, namespace_terminating, owner_reference},
+    apply::{controller_uid, is_controlled_by, namespace_terminating, owner_reference},
     conditions,
     namespaces::ScopedStores,
     slim::SlimPod,
@@ -64,7 +64,7 @@ pub struct Context {
     /// Client, events, metrics.
     pub toolkit: Toolkit,
     /// The pod caches, one per watched scope (only what reconciles read: [`SlimPod`]).
-    pub pods: ScopedStores<SlimPod>,
+    pub pods: Arc<ScopedStores<SlimPod>>,
     /// Pod creates/deletes in flight.
     pub expectations: Arc<Expectations>,
     /// Pods of ours that left the label-selected watch without being deleted.
@@ -79,7 +79,8 @@ impl Context {
     pub fn new(toolkit: Toolkit, default_image: Option<String>) -> Self {
         Self {
             toolkit,
-            pods: ScopedStores::default(),
+            // Indexed by the controller's UID: a reconcile reads its own pods only.
+            pods: Arc::new(ScopedStores::indexed(controller_uid)),
             expectations: Arc::new(Expectations::default()),
             strays: Arc::new(Strays::default()),
             default_image: default_image
@@ -98,9 +99,13 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// label is caught as it leaves the watch ([`Strays`]) and relabelled.
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
     let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
-    let (pods, pod_events) = scope.reflect::<SlimPod>(watcher::Config::default().labels(&selector));
-    ctx.pods.insert(scope, pods.clone());
-    let (expectations, strays) = (ctx.expectations.clone(), ctx.strays.clone());
+    let pod_events =
+        scope.reflect_into::<SlimPod>(watcher::Config::default().labels(&selector), &ctx.pods);
+    let (expectations, strays, pods) = (
+        ctx.expectations.clone(),
+        ctx.strays.clone(),
+        ctx.pods.clone(),
+    );
     let pod_events = pod_events.inspect(move |event| {
         if let Ok(pod) = event
             && let Some(owner) = pod
@@ -112,7 +117,14 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
             expectations.observe(&owner.uid, &pod.name_any(), terminating);
             // The reflector has applied the event: a pod missing from the store that is
             // not being deleted stopped matching the selector.
-            if !terminating && pods.get(&ObjectRef::from_obj(pod)).is_none() {
+            if !terminating
+                && pods
+                    .find(
+                        pod.namespace().as_deref().unwrap_or_default(),
+                        &pod.name_any(),
+                    )
+                    .is_none()
+            {
                 strays.add(&owner.uid, &pod.name_any());
             }
         }
@@ -165,7 +177,7 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     }
     let client = ctx.toolkit.client.clone();
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let owned = ctx.pods.in_namespace(&ns, |p| is_controlled_by(p, &uid));
+    let owned = ctx.pods.by_key(&ns, &uid);
     // Ours, but unlabelled: relabelled (back in the watch) and counted as they are.
     let returned = relabel_strays(&ps, &uid, &owned, &pod_api, &ctx).await?;
     let cached = |name: &str| match owned.iter().find(|p| p.name_any() == name) {
