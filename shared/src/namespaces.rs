@@ -271,13 +271,7 @@ impl Scope {
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         self.reflect_trimmed(wc, |_| {})
     }
@@ -294,13 +288,7 @@ impl Scope {
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         self.reflect_with(wc, trim, |_| {})
     }
@@ -313,13 +301,7 @@ impl Scope {
         stores: &Arc<ScopedStores<K>>,
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         let (index, scope) = (Arc::clone(stores), self.namespace.clone());
         let (store, stream) = self.reflect_with(
@@ -343,13 +325,7 @@ impl Scope {
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         let wc = if self.streaming_lists {
             wc.streaming_lists()
@@ -425,13 +401,7 @@ impl Scope {
     #[must_use]
     pub fn controller<K>(&self, wc: watcher::Config) -> Controller<K>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         let (reader, stream) = self.reflect::<K>(wc);
         Controller::for_stream(stream, reader)
@@ -443,6 +413,30 @@ impl Scope {
     pub fn status(&self) -> tokio::sync::watch::Receiver<ScopeStatus> {
         self.status.subscribe()
     }
+}
+
+/// What a [`Scope`] can watch and cache: a namespaced kind that deserialises, clones and
+/// crosses threads.
+pub trait Watched:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
 }
 
 /// Stores of one child kind, one per [`Scope`], so a reconcile finds the cache that holds
