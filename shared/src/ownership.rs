@@ -109,7 +109,7 @@ where
     C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let existing = match cached {
-        Some(c) => Some(c.as_ref().clone()),
+        Some(c) => Some(Arc::unwrap_or_clone(c)),
         None => api.get_opt(name).await?,
     };
     Ok(decide(existing, owner))
