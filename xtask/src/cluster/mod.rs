@@ -29,8 +29,10 @@ pub const API_SERVER: &str = "https://127.0.0.1:16443";
 pub const API_SERVER_PORT: u16 = 16443;
 const ETCD_CLIENT: &str = "http://127.0.0.1:12379";
 const ETCD_PEER: &str = "http://127.0.0.1:12380";
-/// How many simulated nodes `up` registers.
-const NODES: usize = 3;
+/// How many simulated nodes `up` registers. kwok gives each room for 5,000
+/// pods: five hold the largest bench (PodSet 10,000 x 1, which grows to
+/// 20,000 pods when its change phase adds a replica).
+const NODES: usize = 5;
 
 /// The processes of the cluster, in start order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,6 +264,8 @@ pub fn up() -> Result<PathBuf> {
     let layout = Layout::new();
     if is_up(&layout) {
         println!("cluster: already running (`cargo xtask cluster status` shows where)");
+        // A cluster started by an older checkout may have fewer simulated nodes.
+        register_nodes(&layout, node::supported())?;
         println!("{}", env_line(&layout));
         return Ok(layout.kubeconfig());
     }
