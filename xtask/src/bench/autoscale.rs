@@ -1,7 +1,8 @@
 //! `cargo xtask bench autoscale`: drain time of a 20,000-message backlog, a fixed
 //! single consumer against autoscaling 1..4 (see the module doc of `bench`).
 
-use super::{Machine, build_release, git_commit, out_dir, write_report};
+use super::common::{build_release, git_commit, out_dir, write_report};
+use super::machine::Machine;
 use crate::{cmd, paths, pulsar};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};

@@ -1,7 +1,8 @@
 //! `cargo xtask bench consumer`: throughput of the Pulsar consumer app with 1 and 2
 //! consumers against the real broker (see the module doc of `bench`).
 
-use super::{Machine, build_release, git_commit, out_dir, round3, write_report};
+use super::common::{build_release, git_commit, out_dir, round3, write_report};
+use super::machine::Machine;
 use crate::pulsar;
 use crate::{cmd, paths};
 use anyhow::{Context, Result, bail, ensure};
