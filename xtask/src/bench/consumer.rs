@@ -252,21 +252,15 @@ fn consume(
     for i in 0..consumers {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log_path = logs.join(format!("{topic}-{i}.log"));
-        let log = fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = Command::new(binary)
-            .env("PULSAR_SERVER", server)
-            .env("PULSAR_TOPIC", topic)
-            .env("PULSAR_SUBSCRIPTION_NAME", format!("{topic}-sub"))
-            .env("HTTP_BIND_ADDRESS", format!("127.0.0.1:{port}"))
-            .env("LOG_FORMAT", "json")
-            .env("HOSTNAME", format!("bench-{i}"))
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let child = xtask::pulsar_consumer::spawn(&xtask::pulsar_consumer::Launch {
+            binary,
+            server,
+            topic,
+            subscription: &format!("{topic}-sub"),
+            http_port: port,
+            hostname: &format!("bench-{i}"),
+            log_path: &log_path,
+        })?;
         procs.0.push((child, port, log_path));
     }
 
