@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use process::{
     api_ready, is_our_process, runs_binary, start_process, stray_processes, wait_started,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use xtask::kubectl::Kubectl;
 use xtask::process_group;
@@ -70,6 +70,24 @@ impl Layout {
     }
     fn config(&self, name: &str) -> PathBuf {
         self.root.join("config").join(name)
+    }
+
+    /// Writes `manifest` to the configuration file `name` and applies it
+    /// server-side as the cluster's own field manager; `force`: taking over
+    /// fields another manager set.
+    fn apply(&self, name: &str, manifest: &str, force: bool) -> Result<()> {
+        let path = self.config(name);
+        std::fs::write(&path, manifest)?;
+        let mut apply = self.kubectl()?.with_args(["apply", "--server-side"]);
+        if force {
+            apply.arg("--force-conflicts");
+        }
+        cmd::output(
+            apply
+                .args(["--field-manager=xtask-cluster", "-f"])
+                .arg(&path),
+        )?;
+        Ok(())
     }
 
     /// The pid of `p` if it runs (and really is our binary).
@@ -194,22 +212,36 @@ fn write_configs(layout: &Layout) -> Result<()> {
             std::fs::copy(&path, layout.kubeconfig())?;
         }
     }
+    let client = client_config(
+        "kubescheduler.config.k8s.io/v1",
+        "KubeSchedulerConfiguration",
+        &layout.config("scheduler.kubeconfig"),
+    );
     std::fs::write(
         layout.config("scheduler.yaml"),
         format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: {}
-  qps: 500
+            "{client}  qps: 500
   burst: 1000
 leaderElection:
   leaderElect: false
-",
-            layout.config("scheduler.kubeconfig").display()
+"
         ),
     )?;
     Ok(())
+}
+
+/// The head of a component's configuration file: its `apiVersion` and
+/// `kind`, and `clientConnection` with the kubeconfig it connects with (more
+/// of `clientConnection` may follow, indented).
+fn client_config(api_version: &str, kind: &str, kubeconfig: &Path) -> String {
+    format!(
+        "apiVersion: {api_version}
+kind: {kind}
+clientConnection:
+  kubeconfig: {}
+",
+        kubeconfig.display()
+    )
 }
 
 /// Whether the API server answers a read that goes through to etcd
@@ -257,21 +289,9 @@ metadata:
 {taints}"
         ));
     }
-    let path = layout.config("nodes.yaml");
-    std::fs::write(&path, manifest)?;
-    cmd::output(
-        layout
-            .kubectl()?
-            .with_args([
-                "apply",
-                "--server-side",
-                "--field-manager=xtask-cluster",
-                "-f",
-            ])
-            .arg(&path),
-    )
-    .context("registering the simulated nodes")?;
-    Ok(())
+    layout
+        .apply("nodes.yaml", &manifest, false)
+        .context("registering the simulated nodes")
 }
 
 fn wait_cluster_ready(layout: &Layout) -> Result<()> {

@@ -4,7 +4,7 @@
 use super::{
     BRIDGE, DNS_SERVICE_IP, NODE_IP, NODE_NAME, NodeLayout, PAUSE_IMAGE, POD_CIDR, REGISTRY,
 };
-use crate::cluster::{Layout, build, pki};
+use crate::cluster::{Layout, build, client_config, pki};
 use crate::cmd;
 use anyhow::{Context, Result};
 
@@ -190,14 +190,15 @@ syncFrequency: 10s
             resolv = node.path("kubelet/resolv.conf").display(),
         ),
     )?;
+    let client = client_config(
+        "kubeproxy.config.k8s.io/v1alpha1",
+        "KubeProxyConfiguration",
+        &cfg_dir.join("kube-proxy.kubeconfig"),
+    );
     std::fs::write(
         layout.config("kube-proxy.yaml"),
         format!(
-            "apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: {kubeconfig}
-hostnameOverride: {NODE_NAME}
+            "{client}hostnameOverride: {NODE_NAME}
 mode: iptables
 clusterCIDR: {POD_CIDR}
 # NodePorts on loopback and the bridge only, never on the machine's own network.
@@ -214,8 +215,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-",
-            kubeconfig = cfg_dir.join("kube-proxy.kubeconfig").display(),
+"
         ),
     )?;
     std::fs::write(

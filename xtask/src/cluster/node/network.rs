@@ -88,6 +88,18 @@ pub fn setup_network() -> Result<()> {
 /// Objects of the cluster that the node needs: the `kube-dns` Service with
 /// its endpoint on the bridge, and what CoreDNS may read.
 fn cluster_objects() -> String {
+    let dns_endpoints = bridge_endpoints(
+        "kube-dns",
+        "kube-system",
+        &[("dns", 53, "UDP"), ("dns-tcp", 53, "TCP")],
+        Some(NODE_NAME),
+    );
+    let pulsar_endpoints = bridge_endpoints(
+        "pulsar-broker",
+        "pulsar",
+        &[("pulsar", 6650, "TCP"), ("http", 18080, "TCP")],
+        None,
+    );
     format!(
         "apiVersion: v1
 kind: Service
@@ -103,23 +115,7 @@ spec:
   - {{name: dns, port: 53, protocol: UDP, targetPort: 53}}
   - {{name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}}
 ---
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: kube-dns-host
-  namespace: kube-system
-  labels:
-    kubernetes.io/service-name: kube-dns
-    endpointslice.kubernetes.io/managed-by: xtask-cluster
-addressType: IPv4
-ports:
-- {{name: dns, port: 53, protocol: UDP}}
-- {{name: dns-tcp, port: 53, protocol: TCP}}
-endpoints:
-- addresses: [\"{NODE_IP}\"]
-  conditions: {{ready: true}}
-  nodeName: {NODE_NAME}
----
+{dns_endpoints}---
 # The Pulsar broker of `cargo xtask pulsar up`, as pods address it:
 # pulsar://pulsar-broker.pulsar.svc:6650 (a headless Service: the name
 # resolves to the bridge address, where the broker is forwarded).
@@ -139,22 +135,7 @@ spec:
   - {{name: pulsar, port: 6650, protocol: TCP}}
   - {{name: http, port: 18080, protocol: TCP}}
 ---
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: pulsar-broker-host
-  namespace: pulsar
-  labels:
-    kubernetes.io/service-name: pulsar-broker
-    endpointslice.kubernetes.io/managed-by: xtask-cluster
-addressType: IPv4
-ports:
-- {{name: pulsar, port: 6650, protocol: TCP}}
-- {{name: http, port: 18080, protocol: TCP}}
-endpoints:
-- addresses: [\"{NODE_IP}\"]
-  conditions: {{ready: true}}
----
+{pulsar_endpoints}---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -183,24 +164,47 @@ subjects:
     )
 }
 
+/// An EndpointSlice of the Service `service` in `namespace` whose one
+/// endpoint is this machine's bridge address; `ports`: (name, port,
+/// protocol); `node`: the node the endpoint is on, if any.
+fn bridge_endpoints(
+    service: &str,
+    namespace: &str,
+    ports: &[(&str, u16, &str)],
+    node: Option<&str>,
+) -> String {
+    let ports: String = ports
+        .iter()
+        .map(|(name, port, protocol)| {
+            format!("- {{name: {name}, port: {port}, protocol: {protocol}}}\n")
+        })
+        .collect();
+    let node = node
+        .map(|n| format!("  nodeName: {n}\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {service}-host
+  namespace: {namespace}
+  labels:
+    kubernetes.io/service-name: {service}
+    endpointslice.kubernetes.io/managed-by: xtask-cluster
+addressType: IPv4
+ports:
+{ports}endpoints:
+- addresses: [\"{NODE_IP}\"]
+  conditions: {{ready: true}}
+{node}"
+    )
+}
+
 /// Applies [`cluster_objects`].
 pub fn apply_cluster_objects(layout: &Layout) -> Result<()> {
-    let path = layout.config("node-objects.yaml");
-    std::fs::write(&path, cluster_objects())?;
-    cmd::output(
-        layout
-            .kubectl()?
-            .with_args([
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager=xtask-cluster",
-                "-f",
-            ])
-            .arg(&path),
-    )
-    .context("applying the kube-dns Service and CoreDNS's RBAC")?;
-    Ok(())
+    layout
+        .apply("node-objects.yaml", &cluster_objects(), true)
+        .context("applying the kube-dns Service and CoreDNS's RBAC")
 }
 
 #[cfg(test)]
