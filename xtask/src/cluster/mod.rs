@@ -212,36 +212,43 @@ fn write_configs(layout: &Layout) -> Result<()> {
             std::fs::copy(&path, layout.kubeconfig())?;
         }
     }
-    let client = client_config(
-        "kubescheduler.config.k8s.io/v1",
-        "KubeSchedulerConfiguration",
+    write_component_config(
+        layout,
+        "scheduler.yaml",
+        (
+            "kubescheduler.config.k8s.io/v1",
+            "KubeSchedulerConfiguration",
+        ),
         &layout.config("scheduler.kubeconfig"),
-    );
-    std::fs::write(
-        layout.config("scheduler.yaml"),
-        format!(
-            "{client}  qps: 500
+        "  qps: 500
   burst: 1000
 leaderElection:
   leaderElect: false
-"
-        ),
+",
     )?;
     Ok(())
 }
 
-/// The head of a component's configuration file: its `apiVersion` and
-/// `kind`, and `clientConnection` with the kubeconfig it connects with (more
-/// of `clientConnection` may follow, indented).
-fn client_config(api_version: &str, kind: &str, kubeconfig: &Path) -> String {
-    format!(
+/// Writes the configuration file `file` of a component: its `apiVersion`
+/// and `kind`, `clientConnection` with the kubeconfig it connects with, then
+/// `rest` (which may go on with `clientConnection`, indented).
+fn write_component_config(
+    layout: &Layout,
+    file: &str,
+    (api_version, kind): (&str, &str),
+    kubeconfig: &Path,
+    rest: &str,
+) -> Result<()> {
+    let text = format!(
         "apiVersion: {api_version}
 kind: {kind}
 clientConnection:
   kubeconfig: {}
-",
+{rest}",
         kubeconfig.display()
-    )
+    );
+    std::fs::write(layout.config(file), text)
+        .with_context(|| format!("writing the configuration {file}"))
 }
 
 /// Whether the API server answers a read that goes through to etcd

@@ -222,41 +222,33 @@ fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
             "--max-requests-inflight=1000".into(),
             "--max-mutating-requests-inflight=500".into(),
         ],
-        Process::ControllerManager => vec![
-            format!("--kubeconfig={}", cfg("controller-manager.kubeconfig")),
-            format!(
-                "--authentication-kubeconfig={}",
+        Process::ControllerManager => [
+            vec![format!(
+                "--kubeconfig={}",
                 cfg("controller-manager.kubeconfig")
-            ),
-            format!(
-                "--authorization-kubeconfig={}",
-                cfg("controller-manager.kubeconfig")
-            ),
-            "--bind-address=127.0.0.1".into(),
-            "--secure-port=10257".into(),
-            "--leader-elect=false".into(),
-            "--use-service-account-credentials=true".into(),
-            format!("--service-account-private-key-file={}", pki("sa.key")),
-            format!("--root-ca-file={}", pki("ca.crt")),
-            format!("--cluster-signing-cert-file={}", pki("ca.crt")),
-            format!("--cluster-signing-key-file={}", pki("ca.key")),
-            "--controllers=*,-nodeipam".into(),
-            "--kube-api-qps=500".into(),
-            "--kube-api-burst=1000".into(),
-            "--concurrent-deployment-syncs=10".into(),
-            "--concurrent-replicaset-syncs=10".into(),
-            "--concurrent-gc-syncs=40".into(),
-        ],
-        Process::Scheduler => vec![
-            format!("--config={}", cfg("scheduler.yaml")),
-            format!(
-                "--authentication-kubeconfig={}",
-                cfg("scheduler.kubeconfig")
-            ),
-            format!("--authorization-kubeconfig={}", cfg("scheduler.kubeconfig")),
-            "--bind-address=127.0.0.1".into(),
-            "--secure-port=10259".into(),
-        ],
+            )],
+            secure_serving(&cfg("controller-manager.kubeconfig"), 10257),
+            vec![
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=true".into(),
+                format!("--service-account-private-key-file={}", pki("sa.key")),
+                format!("--root-ca-file={}", pki("ca.crt")),
+                format!("--cluster-signing-cert-file={}", pki("ca.crt")),
+                format!("--cluster-signing-key-file={}", pki("ca.key")),
+                "--controllers=*,-nodeipam".into(),
+                "--kube-api-qps=500".into(),
+                "--kube-api-burst=1000".into(),
+                "--concurrent-deployment-syncs=10".into(),
+                "--concurrent-replicaset-syncs=10".into(),
+                "--concurrent-gc-syncs=40".into(),
+            ],
+        ]
+        .concat(),
+        Process::Scheduler => [
+            vec![format!("--config={}", cfg("scheduler.yaml"))],
+            secure_serving(&cfg("scheduler.kubeconfig"), 10259),
+        ]
+        .concat(),
         Process::Kwok => vec![
             format!("--kubeconfig={}", cfg("kwok.kubeconfig")),
             format!(
@@ -272,6 +264,17 @@ fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
         node_process => node::process_args(layout, node_process)?,
     };
     Ok(args)
+}
+
+/// How a controller serves on 127.0.0.1:`port`, delegating who may call it
+/// to the API server with `kubeconfig`.
+fn secure_serving(kubeconfig: &str, port: u16) -> Vec<String> {
+    vec![
+        format!("--authentication-kubeconfig={kubeconfig}"),
+        format!("--authorization-kubeconfig={kubeconfig}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+    ]
 }
 
 /// Starts `p` in its own process group, logging to its log file.

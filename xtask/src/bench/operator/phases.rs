@@ -59,23 +59,16 @@ impl Session<'_> {
             })
             .collect::<Result<_>>()?;
         let t_create = Instant::now();
+        let what = "every object Ready with its pods";
         let created = self
-            .per_object(manifests, |api, name, obj| async move {
+            .converge(what, want_pods, manifests, |api, name, obj| async move {
                 api.create(&PostParams::default(), &obj)
                     .await
                     .with_context(|| format!("creating {name}"))
             })
             .await?;
-        let submit_seconds = seconds(t_create, Instant::now());
-        let t_converged = self
-            .converged(
-                "every object Ready with its pods",
-                &created.generations,
-                want_pods,
-            )
-            .await?;
         let loaded = self.end_phase()?;
-        let latency = self.latencies(&created.at, &created.generations)?;
+        let latency = self.latencies(&created)?;
         let ready_curve_seconds = {
             let o = self
                 .objects
@@ -94,7 +87,7 @@ impl Session<'_> {
             curve.sort_by(f64::total_cmp);
             curve
         };
-        let all_ready_seconds = seconds(t_create, t_converged);
+        let all_ready_seconds = seconds(t_create, created.converged);
         println!(
             "    create: {n} objects Ready in {all_ready_seconds}s (p50 {}s, p99 {}s), peak RSS {} MiB",
             quantile(&latency, 0.5),
@@ -102,7 +95,7 @@ impl Session<'_> {
             procfs::mib(loaded.sample.hwm_kib)
         );
         Ok(Create {
-            submit_seconds,
+            submit_seconds: seconds(t_create, created.answered),
             all_ready_seconds,
             latency_p50_seconds: quantile(&latency, 0.5),
             latency_p99_seconds: quantile(&latency, 0.99),
@@ -206,8 +199,9 @@ impl Session<'_> {
         let want_pods = self.want_pods(self.op.changed_replicas(replicas));
         let t_change = Instant::now();
         let items = self.names.iter().map(|n| (n.clone(), ())).collect();
+        let what_ready = "every object Ready after the change";
         let patched = self
-            .per_object(items, |api, name, ()| {
+            .converge(what_ready, want_pods, items, |api, name, ()| {
                 let patch = patch.clone();
                 async move {
                     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -216,21 +210,14 @@ impl Session<'_> {
                 }
             })
             .await?;
-        let t_reconverged = self
-            .converged(
-                "every object Ready after the change",
-                &patched.generations,
-                want_pods,
-            )
-            .await?;
         let changed = self.end_phase()?;
-        let latency = self.latencies(&patched.at, &patched.generations)?;
+        let latency = self.latencies(&patched)?;
         let created_by_change = self
             .pods
             .lock()
             .map_or(0, |p| p.ever.len())
             .saturating_sub(pods_before);
-        let all_ready_seconds = seconds(t_change, t_reconverged);
+        let all_ready_seconds = seconds(t_change, patched.converged);
         println!("    change ({what}): converged in {all_ready_seconds}s");
         let change = Change {
             what,

@@ -193,9 +193,19 @@ impl<'a> Session<'a> {
         self.pods.lock().map_or(0, |p| p.active.len())
     }
 
+    /// Per-object latencies from each request to Ready at the generation it
+    /// answered with, sorted.
+    pub(super) fn latencies(&self, sent: &Sent) -> Result<Vec<f64>> {
+        let o = self
+            .objects
+            .lock()
+            .map_err(|_| anyhow!("state lock poisoned"))?;
+        Ok(o.latencies(&self.names, &sent.at, &sent.generations))
+    }
+
     /// Waits until every object is Ready at `generations` with exactly
     /// `want_pods` pods.
-    pub(super) async fn converged(
+    async fn converged(
         &self,
         what: &str,
         generations: &HashMap<String, i64>,
@@ -217,23 +227,13 @@ impl<'a> Session<'a> {
         .await
     }
 
-    /// Per-object latencies from `sent` to Ready at `generations`, sorted.
-    pub(super) fn latencies(
+    /// Sends one request per object (32 at a time), then waits until every
+    /// object is Ready at the generation it answered with, with exactly
+    /// `want_pods` pods (`what`: the wait, for its timeout error).
+    pub(super) async fn converge<F, Fut>(
         &self,
-        sent: &HashMap<String, Instant>,
-        generations: &HashMap<String, i64>,
-    ) -> Result<Vec<f64>> {
-        let o = self
-            .objects
-            .lock()
-            .map_err(|_| anyhow!("state lock poisoned"))?;
-        Ok(o.latencies(&self.names, sent, generations))
-    }
-
-    /// Sends one request per object, 32 at a time; when each was sent and
-    /// the generation it answered with.
-    pub(super) async fn per_object<F, Fut>(
-        &self,
+        what: &str,
+        want_pods: usize,
         items: Vec<(String, F)>,
         send: impl Fn(Api<DynamicObject>, String, F) -> Fut,
     ) -> Result<Sent>
@@ -252,15 +252,26 @@ impl<'a> Session<'a> {
             .buffer_unordered(32)
             .try_collect()
             .await?;
+        let answered = Instant::now();
+        let generations = sent.iter().map(|(n, _, g)| (n.clone(), *g)).collect();
+        let converged = self.converged(what, &generations, want_pods).await?;
         Ok(Sent {
             at: sent.iter().map(|(n, t, _)| (n.clone(), *t)).collect(),
-            generations: sent.iter().map(|(n, _, g)| (n.clone(), *g)).collect(),
+            generations,
+            answered,
+            converged,
         })
     }
 }
 
-/// One request per object: when each was sent, and the generation it answered with.
+/// One request per object and the convergence after them.
 pub(super) struct Sent {
+    /// When each request was sent.
     pub(super) at: HashMap<String, Instant>,
+    /// The generation each answered with.
     pub(super) generations: HashMap<String, i64>,
+    /// When the last answer came.
+    pub(super) answered: Instant,
+    /// When every object was Ready with the pods wanted.
+    pub(super) converged: Instant,
 }

@@ -4,7 +4,7 @@
 use super::{
     BRIDGE, DNS_SERVICE_IP, NODE_IP, NODE_NAME, NodeLayout, PAUSE_IMAGE, POD_CIDR, REGISTRY,
 };
-use crate::cluster::{Layout, build, client_config, pki};
+use crate::cluster::{Layout, build, pki, write_component_config};
 use crate::cmd;
 use anyhow::{Context, Result};
 
@@ -190,15 +190,13 @@ syncFrequency: 10s
             resolv = node.path("kubelet/resolv.conf").display(),
         ),
     )?;
-    let client = client_config(
-        "kubeproxy.config.k8s.io/v1alpha1",
-        "KubeProxyConfiguration",
+    write_component_config(
+        layout,
+        "kube-proxy.yaml",
+        ("kubeproxy.config.k8s.io/v1alpha1", "KubeProxyConfiguration"),
         &cfg_dir.join("kube-proxy.kubeconfig"),
-    );
-    std::fs::write(
-        layout.config("kube-proxy.yaml"),
-        format!(
-            "{client}hostnameOverride: {NODE_NAME}
+        &format!(
+            "hostnameOverride: {NODE_NAME}
 mode: iptables
 clusterCIDR: {POD_CIDR}
 # NodePorts on loopback and the bridge only, never on the machine's own network.
