@@ -1,7 +1,7 @@
 //! `cargo xtask bench autoscale`: drain time of a 20,000-message backlog, a fixed
 //! single consumer against autoscaling 1..4 (see the module doc of `bench`).
 
-use super::common::{build_release, git_commit, out_dir, write_report};
+use super::common::{build_release, git_commit, out_dir, table, write_report};
 use super::machine::Machine;
 use crate::{cmd, paths, pulsar};
 use anyhow::{Context, Result};
@@ -104,23 +104,22 @@ fn write_autoscale_report(runs: &[Drain], machine: &Machine, dir: &Path) -> Resu
         pulsar::PULSAR_VERSION
     );
     let _ = writeln!(md, "{}\n", machine.markdown());
-    let _ = writeln!(
-        md,
-        "| consumers | messages | seconds to drained | msgs/s | most consumers at once | duplicates |"
+    table(
+        &mut md,
+        "| consumers | messages | seconds to drained | msgs/s | most consumers at once | duplicates |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        runs.iter().map(|run| {
+            format!(
+                "| {} | {} | {:.1} | {:.0} | {} | {} |",
+                run.label,
+                run.messages,
+                run.seconds,
+                run.messages_per_second,
+                run.max_consumers,
+                run.duplicates,
+            )
+        }),
     );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
-    for run in runs {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.1} | {:.0} | {} | {} |",
-            run.label,
-            run.messages,
-            run.seconds,
-            run.messages_per_second,
-            run.max_consumers,
-            run.duplicates,
-        );
-    }
     let _ = writeln!(
         md,
         "\nThe autoscaled run reads the backlog every second and asks for \

@@ -40,6 +40,23 @@ pub(crate) fn write_report(dir: &Path, name: &str, report: &Value, md: &str) -> 
 }
 
 /// `x` to three decimals.
+/// Appends a Markdown table to `md`: the `header` row, the `align` row, then
+/// `rows` (each a `| ... |` line).
+pub(crate) fn table(
+    md: &mut String,
+    header: &str,
+    align: &str,
+    rows: impl IntoIterator<Item = String>,
+) {
+    for line in [header.to_owned(), align.to_owned()]
+        .into_iter()
+        .chain(rows)
+    {
+        md.push_str(&line);
+        md.push('\n');
+    }
+}
+
 pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }

@@ -1,7 +1,7 @@
 //! `cargo xtask bench consumer`: throughput of the Pulsar consumer app with 1 and 2
 //! consumers against the real broker (see the module doc of `bench`).
 
-use super::common::{build_release, git_commit, out_dir, round3, write_report};
+use super::common::{build_release, git_commit, out_dir, round3, table, write_report};
 use super::machine::Machine;
 use crate::pulsar;
 use crate::{cmd, paths};
@@ -136,24 +136,23 @@ pub(crate) fn run(args: &ConsumerArgs) -> Result<()> {
         pulsar::PULSAR_VERSION
     );
     let _ = writeln!(md, "{}\n", machine.markdown());
-    let _ = writeln!(
-        md,
-        "| consumers | messages | seconds | msgs/s | msgs/s (/metrics, 100 ms) | split |"
+    table(
+        &mut md,
+        "| consumers | messages | seconds | msgs/s | msgs/s (/metrics, 100 ms) | split |",
+        "| ---: | ---: | ---: | ---: | ---: | --- |",
+        scenarios.iter().map(|s| {
+            let split: Vec<String> = s.per_consumer.iter().map(u64::to_string).collect();
+            format!(
+                "| {} | {} | {:.3} | {:.0} | {:.0} | {} |",
+                s.consumers,
+                s.received(),
+                s.log_seconds,
+                s.rate(),
+                s.metrics_rate(),
+                split.join(" / ")
+            )
+        }),
     );
-    let _ = writeln!(md, "| ---: | ---: | ---: | ---: | ---: | --- |");
-    for s in &scenarios {
-        let split: Vec<String> = s.per_consumer.iter().map(u64::to_string).collect();
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.3} | {:.0} | {:.0} | {} |",
-            s.consumers,
-            s.received(),
-            s.log_seconds,
-            s.rate(),
-            s.metrics_rate(),
-            split.join(" / ")
-        );
-    }
     let _ = writeln!(
         md,
         "\nProducing the {n} messages (`pulsar-consumer produce`, one process, connection \

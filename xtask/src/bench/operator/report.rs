@@ -4,7 +4,7 @@
 
 use super::procfs::mib;
 use super::record::{Requests, RunRecord};
-use crate::bench::common::out_dir;
+use crate::bench::common::{out_dir, table};
 use crate::bench::machine::Machine;
 use anyhow::{Context, Result};
 use serde::Deserialize;
@@ -161,52 +161,15 @@ fn markdown(runs: &[RunRecord]) -> String {
             }
         );
     }
-    let _ = writeln!(
-        md,
+    table(
+        &mut md,
         "| operator | N | pods | idle RSS MiB (anon) | peak RSS MiB | RSS after quiet MiB (anon) | threads | \
          all Ready s | p50 s | p99 s | requests/obj | writes/obj (min) | extra pods | \
-         quiet writes (s) | restart s (writes) | KiB/obj | change s | delete s | CPU s |"
-    );
-    let _ = writeln!(
-        md,
+         quiet writes (s) | restart s (writes) | KiB/obj | change s | delete s | CPU s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | \
-         ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+         ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        runs.iter().map(run_row),
     );
-    for r in runs {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {:.1} | {} | {} | {} |",
-            operator_cell(r),
-            r.objects,
-            r.pods.desired,
-            mib(r.startup.idle_rss_kib),
-            mib(r.startup.idle_anon_kib),
-            mib(r.end.hwm_kib),
-            mib(r.steady.rss_kib),
-            mib(r.steady.anon_kib),
-            r.create.threads,
-            float(r.create.all_ready_seconds),
-            float(r.create.latency_p50_seconds),
-            float(r.create.latency_p99_seconds),
-            float(r.create.requests.per_object),
-            float(r.create.requests.writes_per_object),
-            r.minimum_writes_per_object,
-            r.pods.extra,
-            r.steady.writes,
-            r.steady.window_seconds,
-            // `-` for a run recorded before the restart phase existed.
-            r.restart
-                .as_ref()
-                .map_or("-".to_owned(), |r| float(r.all_reconciled_seconds)),
-            r.restart
-                .as_ref()
-                .map_or("-".to_owned(), |r| r.writes.to_string()),
-            r.kib_per_object,
-            float(r.change.all_ready_seconds),
-            float(r.delete.children_gone_seconds),
-            float(r.end.cpu_seconds),
-        );
-    }
     let _ = writeln!(
         md,
         "\n- RSS: `VmRSS` of `/proc/<pid>/status`; idle = 3 s after `/readyz` with no objects; \
@@ -236,55 +199,92 @@ fn markdown(runs: &[RunRecord]) -> String {
     );
 
     let _ = writeln!(md, "## Targets\n");
-    let _ = writeln!(
-        md,
-        "| run | idle RSS <= {IDLE_TARGET_MIB} MiB | peak RSS <= {PEAK_TARGET_MIB} MiB (1,000 PodSets x 3) | 0 extra pods | 0 quiet writes | writes/obj close to the minimum |"
+    table(
+        &mut md,
+        "| run | idle RSS <= {IDLE_TARGET_MIB} MiB | peak RSS <= {PEAK_TARGET_MIB} MiB (1,000 PodSets x 3) | 0 extra pods | 0 quiet writes | writes/obj close to the minimum |",
+        "| --- | --- | --- | --- | --- | --- |",
+        runs.iter().map(targets_row),
     );
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
-    for r in runs {
-        let idle = mib(r.startup.idle_rss_kib);
-        let peak = mib(r.end.hwm_kib);
-        let peak_cell = if r.objects >= 1000 && r.operator == "podset" && r.replicas == 3 {
-            format!("{} ({peak})", mark(peak <= PEAK_TARGET_MIB))
-        } else {
-            format!("n/a ({peak})")
-        };
-        let writes = r.create.requests.writes_per_object;
-        let min = r.minimum_writes_per_object as f64;
-        let _ = writeln!(
-            md,
-            "| {} | {} ({idle}) | {peak_cell} | {} | {} | {} ({writes} vs {min}) |",
-            run_label(r),
-            mark(idle <= IDLE_TARGET_MIB),
-            mark(r.pods.extra == 0),
-            mark(r.steady.writes == 0),
-            mark(min > 0.0 && writes <= min * (1.0 + WRITES_TOLERANCE)),
-        );
-    }
 
     let _ = writeln!(md, "\n## Requests by verb\n");
-    let _ = writeln!(
-        md,
-        "| run | startup | create phase | quiet window | change | delete |"
+    table(
+        &mut md,
+        "| run | startup | create phase | quiet window | change | delete |",
+        "| --- | --- | --- | --- | --- | --- |",
+        runs.iter().map(|r| {
+            format!(
+                "| {} | {} | {} | {} | {} | {} |",
+                run_label(r),
+                by_verb(&r.startup.requests),
+                by_verb(&r.create.requests),
+                by_verb(&r.steady.requests),
+                by_verb(&r.change.requests),
+                by_verb(&r.delete.requests),
+            )
+        }),
     );
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
-    for r in runs {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} |",
-            run_label(r),
-            by_verb(&r.startup.requests),
-            by_verb(&r.create.requests),
-            by_verb(&r.steady.requests),
-            by_verb(&r.change.requests),
-            by_verb(&r.delete.requests),
-        );
-    }
     let _ = writeln!(
         md,
         "\nObjects Ready over time after the create: `ready-over-time.svg`.\n"
     );
     md
+}
+
+/// A run's row of the main table.
+fn run_row(r: &RunRecord) -> String {
+    format!(
+        "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {:.1} | {} | {} | {} |",
+        operator_cell(r),
+        r.objects,
+        r.pods.desired,
+        mib(r.startup.idle_rss_kib),
+        mib(r.startup.idle_anon_kib),
+        mib(r.end.hwm_kib),
+        mib(r.steady.rss_kib),
+        mib(r.steady.anon_kib),
+        r.create.threads,
+        float(r.create.all_ready_seconds),
+        float(r.create.latency_p50_seconds),
+        float(r.create.latency_p99_seconds),
+        float(r.create.requests.per_object),
+        float(r.create.requests.writes_per_object),
+        r.minimum_writes_per_object,
+        r.pods.extra,
+        r.steady.writes,
+        r.steady.window_seconds,
+        // `-` for a run recorded before the restart phase existed.
+        r.restart
+            .as_ref()
+            .map_or("-".to_owned(), |r| float(r.all_reconciled_seconds)),
+        r.restart
+            .as_ref()
+            .map_or("-".to_owned(), |r| r.writes.to_string()),
+        r.kib_per_object,
+        float(r.change.all_ready_seconds),
+        float(r.delete.children_gone_seconds),
+        float(r.end.cpu_seconds),
+    )
+}
+
+/// A run's row of the targets table.
+fn targets_row(r: &RunRecord) -> String {
+    let idle = mib(r.startup.idle_rss_kib);
+    let peak = mib(r.end.hwm_kib);
+    let peak_cell = if r.objects >= 1000 && r.operator == "podset" && r.replicas == 3 {
+        format!("{} ({peak})", mark(peak <= PEAK_TARGET_MIB))
+    } else {
+        format!("n/a ({peak})")
+    };
+    let writes = r.create.requests.writes_per_object;
+    let min = r.minimum_writes_per_object as f64;
+    format!(
+        "| {} | {} ({idle}) | {peak_cell} | {} | {} | {} ({writes} vs {min}) |",
+        run_label(r),
+        mark(idle <= IDLE_TARGET_MIB),
+        mark(r.pods.extra == 0),
+        mark(r.steady.writes == 0),
+        mark(min > 0.0 && writes <= min * (1.0 + WRITES_TOLERANCE)),
+    )
 }
 
 /// Escapes text for SVG.
