@@ -1,7 +1,7 @@
 //! `cargo xtask bench autoscale`: drain time of a 20,000-message backlog, a fixed
 //! single consumer against autoscaling 1..4 (see the module doc of `bench`).
 
-use super::common::{build_release, git_commit, out_dir, table, write_report};
+use super::common::{PulsarReport, build_release, out_dir, table, write_report};
 use super::machine::Machine;
 use crate::{cmd, paths, pulsar};
 use anyhow::{Context, Result};
@@ -10,7 +10,6 @@ use serde_json::json;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 // ---------------------------------------------------------------------------
 // bench autoscale
@@ -83,15 +82,7 @@ struct Drain {
 
 /// `target/bench/autoscale.{json,md}` from the test's runs.
 fn write_autoscale_report(runs: &[Drain], machine: &Machine, dir: &Path) -> Result<()> {
-    let report = json!({
-        "benchmark": "autoscale",
-        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        "git_commit": git_commit(),
-        "pulsar_version": pulsar::PULSAR_VERSION,
-        "build": "release",
-        "machine": machine.json(),
-        "runs": runs,
-    });
+    let report = PulsarReport::new("autoscale", machine, json!({ "runs": runs })).json()?;
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark: draining a backlog, autoscaled or not\n");
     let _ = writeln!(

@@ -1,12 +1,15 @@
 //! What every benchmark uses: `target/bench`, the report files, the release
 //! build, rounding and the commit measured.
 
-use crate::{cmd, paths};
+use super::machine::Machine;
+use crate::{cmd, paths, pulsar};
 use anyhow::{Context, Result};
+use serde::Serialize;
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `target/bench`, created.
 pub(crate) fn out_dir() -> Result<PathBuf> {
@@ -70,4 +73,82 @@ pub(crate) fn git_commit() -> Option<String> {
     ]))
     .ok()
     .map(|s| s.trim().to_owned())
+}
+
+/// The JSON report of a benchmark against the Pulsar broker (release
+/// builds): what it is, when, of which commit, on what, and its own fields.
+#[derive(Serialize)]
+pub(crate) struct PulsarReport<T> {
+    benchmark: &'static str,
+    unix_time: u64,
+    git_commit: Option<String>,
+    pulsar_version: &'static str,
+    build: &'static str,
+    machine: Machine,
+    #[serde(flatten)]
+    fields: T,
+}
+
+impl<T: Serialize> PulsarReport<T> {
+    /// The report of `benchmark`, measured now on `machine`.
+    pub(crate) fn new(benchmark: &'static str, machine: &Machine, fields: T) -> Self {
+        Self {
+            benchmark,
+            unix_time: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            git_commit: git_commit(),
+            pulsar_version: pulsar::PULSAR_VERSION,
+            build: "release",
+            machine: machine.clone(),
+            fields,
+        }
+    }
+
+    /// As JSON (its keys sorted, as [`write_report`] writes them).
+    pub(crate) fn json(&self) -> Result<Value> {
+        Ok(serde_json::to_value(self)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pulsar_report_has_the_head_and_its_fields_side_by_side() -> Result<()> {
+        let report =
+            PulsarReport::new("consumer", &Machine::probe(), json!({"messages": 3})).json()?;
+        let keys: Vec<&str> = report
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            [
+                "benchmark",
+                "build",
+                "git_commit",
+                "machine",
+                "messages",
+                "pulsar_version",
+                "unix_time"
+            ]
+        );
+        assert_eq!(report["machine"]["nproc"], json!(Machine::probe().nproc));
+        Ok(())
+    }
+
+    #[test]
+    fn tables() {
+        let mut md = String::new();
+        table(
+            &mut md,
+            "| a | b |",
+            "| --- | ---: |",
+            ["| x | 1 |".to_owned()],
+        );
+        assert_eq!(md, "| a | b |\n| --- | ---: |\n| x | 1 |\n");
+    }
 }

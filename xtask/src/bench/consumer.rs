@@ -1,7 +1,7 @@
 //! `cargo xtask bench consumer`: throughput of the Pulsar consumer app with 1 and 2
 //! consumers against the real broker (see the module doc of `bench`).
 
-use super::common::{build_release, git_commit, out_dir, round3, table, write_report};
+use super::common::{PulsarReport, build_release, out_dir, round3, table, write_report};
 use super::machine::Machine;
 use crate::pulsar;
 use crate::{cmd, paths};
@@ -112,20 +112,15 @@ pub(crate) fn run(args: &ConsumerArgs) -> Result<()> {
             })
         })
         .collect();
-    let report = json!({
-        "benchmark": "consumer",
-        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        "git_commit": git_commit(),
-        "pulsar_version": pulsar::PULSAR_VERSION,
-        "build": "release",
+    let fields = json!({
         "messages": n,
-        "machine": machine.json(),
         "produce": {
             "seconds": round3(produce_seconds),
             "messages_per_second": rate(n, produce_seconds).round(),
         },
         "scenarios": scenario_json,
     });
+    let report = PulsarReport::new("consumer", &machine, fields).json()?;
 
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark: pulsar-consumer throughput\n");

@@ -1,7 +1,6 @@
 //! What the figures depend on: the machine.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::fs;
 
 // ---------------------------------------------------------------------------
@@ -46,11 +45,6 @@ impl Machine {
             memory_kib,
             cpu_model,
         }
-    }
-
-    /// As JSON, for the reports still built as values.
-    pub(crate) fn json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or_default()
     }
 
     pub(crate) fn markdown(&self) -> String {
