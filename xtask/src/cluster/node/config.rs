@@ -28,9 +28,16 @@ pub fn write_configs(layout: &Layout) -> Result<()> {
             .with_context(|| format!("no identity {id}"))?;
         pki::kubeconfig(&pki, &cfg_dir, identity, &crate::cluster::api_server_url())?;
     }
-    let runc = cmd::which("runc").context("runc is not installed (apt-get install runc)")?;
-    let cni_bin = build::CNI.bin_dir()?;
-    let shim_dir = build::CONTAINERD.bin_dir()?;
+    write_registry(layout, &node)?;
+    write_containerd(layout, &node)?;
+    write_cni(&node)?;
+    write_kubelet(layout, &node)?;
+    write_kube_proxy(layout)?;
+    write_corefile(layout)
+}
+
+/// The registry's configuration: its storage under the node's folder.
+fn write_registry(layout: &Layout, node: &NodeLayout) -> Result<()> {
     std::fs::write(
         layout.config("registry.yaml"),
         format!(
@@ -50,6 +57,15 @@ http:
             node.path("registry").display()
         ),
     )?;
+    Ok(())
+}
+
+/// containerd's configuration, and the registry mirror every image name
+/// resolves to.
+fn write_containerd(layout: &Layout, node: &NodeLayout) -> Result<()> {
+    let runc = cmd::which("runc").context("runc is not installed (apt-get install runc)")?;
+    let cni_bin = build::CNI.bin_dir()?;
+    let shim_dir = build::CONTAINERD.bin_dir()?;
     std::fs::write(
         layout.config("containerd.toml"),
         format!(
@@ -113,6 +129,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         ),
     )?;
     let _ = shim_dir;
+    Ok(())
+}
+
+/// The CNI configuration: every pod on the bridge, host-local addresses.
+fn write_cni(node: &NodeLayout) -> Result<()> {
     std::fs::write(
         node.path("cni/net.d/10-rust-operators.conflist"),
         format!(
@@ -142,6 +163,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     )?;
     // Pods resolve cluster names only: their resolv.conf gets the cluster
     // DNS, and the host's resolvers are not passed on.
+    Ok(())
+}
+
+/// The kubelet's configuration (and the empty resolv.conf its pods get).
+fn write_kubelet(layout: &Layout, node: &NodeLayout) -> Result<()> {
+    let pki = layout.pki();
     std::fs::write(node.path("kubelet/resolv.conf"), "")?;
     std::fs::write(
         layout.config("kubelet.yaml"),
@@ -190,6 +217,13 @@ syncFrequency: 10s
             resolv = node.path("kubelet/resolv.conf").display(),
         ),
     )?;
+    Ok(())
+}
+
+/// kube-proxy's configuration: iptables mode, NodePorts on loopback and the
+/// bridge only.
+fn write_kube_proxy(layout: &Layout) -> Result<()> {
+    let cfg_dir = layout.root.join("config");
     write_component_config(
         layout,
         "kube-proxy.yaml",
@@ -216,6 +250,12 @@ conntrack:
 "
         ),
     )?;
+    Ok(())
+}
+
+/// CoreDNS's Corefile: cluster names only, on the bridge address.
+fn write_corefile(layout: &Layout) -> Result<()> {
+    let cfg_dir = layout.root.join("config");
     std::fs::write(
         layout.config("Corefile"),
         format!(
