@@ -12,7 +12,7 @@ use crate::{poll, repo_root, target_dir, unique_suffix};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -236,21 +236,15 @@ impl ConsumerProcess {
         std::fs::create_dir_all(&logs)?;
         let name = format!("{name}-{}", unique_suffix());
         let log_path = logs.join(format!("pulsar-{topic}-{name}.log"));
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = Command::new(&binary)
-            .env("PULSAR_SERVER", server)
-            .env("PULSAR_TOPIC", topic)
-            .env("PULSAR_SUBSCRIPTION_NAME", subscription)
-            .env("HTTP_BIND_ADDRESS", format!("127.0.0.1:{http_port}"))
-            .env("LOG_FORMAT", "json")
-            .env("HOSTNAME", &name)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let child = xtask::pulsar_consumer::spawn(&xtask::pulsar_consumer::Launch {
+            binary: &binary,
+            server,
+            topic,
+            subscription,
+            http_port,
+            hostname: &name,
+            log_path: &log_path,
+        })?;
         Ok(ConsumerProcess {
             child,
             name,

@@ -207,34 +207,14 @@ fn certificate_dir() -> Result<PathBuf> {
         .join("e2e")
         .join(format!("metrics-cert-{}", unique_suffix()));
     std::fs::create_dir_all(&dir)?;
-    let out = Command::new("openssl")
-        .current_dir(&dir)
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-keyout",
-            "tls.key",
-            "-out",
-            "tls.crt",
-        ])
-        .output()
-        .context("running openssl")?;
-    ensure!(
-        out.status.success(),
-        "openssl failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    xtask::openssl::self_signed_ec(
+        &dir,
+        "tls.key",
+        "tls.crt",
+        "/CN=127.0.0.1",
+        1,
+        &["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+    )?;
     Ok(dir)
 }
 

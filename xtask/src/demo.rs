@@ -168,15 +168,6 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
 
     apply_samples(Some(kubeconfig))?;
     wait_ready(Some(kubeconfig))?;
-    print!(
-        "{}",
-        kubectl.output([
-            "get",
-            "podsets,memcacheds,lolcows,pulsarconsumers",
-            "-n",
-            NAMESPACE,
-        ])?
-    );
 
     // The lolcow pod is simulated on the local cluster: serve the same page
     // with the same greeting here.
@@ -200,10 +191,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     .context("starting lolcow-web")?;
     processes.0.push(("lolcow-web".into(), web));
     let url = format!("http://127.0.0.1:{LOLCOW_PORT}/");
-    let served = cmd::wait_until(Duration::from_secs(20), || {
-        cmd::succeeds(Command::new("curl").args(["-sf", "-o", "/dev/null", &url]))
-    });
-    if !served {
+    if !page_served(&url, Duration::from_secs(20)) {
         bail!(
             "the lolcow page did not come up; see {}",
             state.join("lolcow-web.log").display()
@@ -212,15 +200,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     println!("demo: the lolcow page is served at {url}");
     println!("demo: operator logs are in {}", state.display());
 
-    if args.exit_when_ready {
-        println!("demo: everything is Ready");
-    } else {
-        println!("demo: press Ctrl-C to stop");
-        while !stop.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        println!("demo: stopping");
-    }
+    until_stopped(args, &stop);
     // The samples go while their operators run (Memcached's finalizer).
     delete_samples(kubeconfig)?;
     drop(processes);
@@ -290,16 +270,7 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     crate::pulsar::up(&crate::pulsar::PulsarOptions::default())?;
     deploy::use_kubeconfig(kubeconfig);
     let result = (|| -> Result<()> {
-        for op in OPERATORS {
-            println!("demo: deploying {op} from its image (cargo xtask deploy {op})");
-            deploy::deploy(&deploy::DeployArgs {
-                operator: op.to_owned(),
-                image: None,
-                registry: Some(cluster::node::REGISTRY.to_owned()),
-                namespaced: None,
-                tag: None,
-            })?;
-        }
+        deploy_operators(Some(cluster::node::REGISTRY), true)?;
         fresh_namespace(kubeconfig)?;
         apply_samples(Some(kubeconfig))?;
         kubectl.output([
@@ -314,15 +285,6 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         ])?;
         println!("demo: the PulsarConsumer sample consumes from the local broker ({LOCAL_BROKER})");
         wait_ready(Some(kubeconfig))?;
-        print!(
-            "{}",
-            kubectl.output([
-                "get",
-                "podsets,memcacheds,lolcows,pulsarconsumers",
-                "-n",
-                NAMESPACE,
-            ])?
-        );
         print!(
             "{}",
             kubectl.output([
@@ -344,24 +306,13 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
             "jsonpath={.items[0].status.port}",
         ])?;
         let url = format!("http://127.0.0.1:{}/", port.trim());
-        let served = cmd::wait_until(Duration::from_secs(60), || {
-            cmd::succeeds(Command::new("curl").args(["-sf", "-o", "/dev/null", &url]))
-        });
-        if !served {
+        if !page_served(&url, Duration::from_secs(60)) {
             bail!("the lolcow page is not served at {url}");
         }
         println!(
             "demo: the lolcow page is served by its pod at {url} (the NodePort, through kube-proxy)"
         );
-        if args.exit_when_ready {
-            println!("demo: everything is Ready");
-        } else {
-            println!("demo: press Ctrl-C to stop");
-            while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            println!("demo: stopping");
-        }
+        until_stopped(args, &stop);
         Ok(())
     })();
     // Samples first (their operators remove the finalizers), then the operators.
@@ -403,6 +354,7 @@ fn apply_samples(kubeconfig: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
+/// Waits until every sample is Ready, then shows them.
 fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
     let kubectl = kubectl_with(kubeconfig);
     println!("demo: waiting until every sample is Ready");
@@ -415,21 +367,22 @@ fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
         NAMESPACE,
         "--timeout=300s",
     ])?;
+    print!(
+        "{}",
+        kubectl.output([
+            "get",
+            "podsets,memcacheds,lolcows,pulsarconsumers",
+            "-n",
+            NAMESPACE,
+        ])?
+    );
     Ok(())
 }
 
 fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
     let kubectl = kubectl_with(None);
     println!("demo: KUBECONFIG names a real cluster: deploying the operators for real");
-    for op in OPERATORS {
-        deploy::deploy(&deploy::DeployArgs {
-            operator: op.to_owned(),
-            image: None,
-            registry: std::env::var("DEMO_REGISTRY").ok(),
-            namespaced: None,
-            tag: None,
-        })?;
-    }
+    deploy_operators(std::env::var("DEMO_REGISTRY").ok().as_deref(), false)?;
     kubectl
         .output(["create", "namespace", NAMESPACE])
         .or_else(|e| {
@@ -441,15 +394,6 @@ fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
         })?;
     apply_samples(None)?;
     wait_ready(None)?;
-    print!(
-        "{}",
-        kubectl.output([
-            "get",
-            "podsets,memcacheds,lolcows,pulsarconsumers",
-            "-n",
-            NAMESPACE,
-        ])?
-    );
     println!(
         "demo: open the lolcow page at http://<node-ip>:<port>/ (port: `kubectl get lolcows -n {NAMESPACE}`)"
     );
@@ -457,6 +401,44 @@ fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
         println!(
             "demo: the operators keep running in the cluster; `cargo xtask undeploy <operator>` removes one"
         );
+    }
+    Ok(())
+}
+
+/// Returns at once with `--exit-when-ready`, else once `stop` is set (Ctrl-C).
+fn until_stopped(args: &DemoArgs, stop: &AtomicBool) {
+    if args.exit_when_ready {
+        println!("demo: everything is Ready");
+    } else {
+        println!("demo: press Ctrl-C to stop");
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        println!("demo: stopping");
+    }
+}
+
+/// Whether `url` answers with a success within `timeout`.
+fn page_served(url: &str, timeout: Duration) -> bool {
+    cmd::wait_until(timeout, || {
+        cmd::succeeds(Command::new("curl").args(["-sf", "-o", "/dev/null", url]))
+    })
+}
+
+/// `cargo xtask deploy <op>` of every operator, pushing to `registry` when
+/// given; `announce`: a line before each (`demo: deploying <op> ...`).
+fn deploy_operators(registry: Option<&str>, announce: bool) -> Result<()> {
+    for op in OPERATORS {
+        if announce {
+            println!("demo: deploying {op} from its image (cargo xtask deploy {op})");
+        }
+        deploy::deploy(&deploy::DeployArgs {
+            operator: op.to_owned(),
+            image: None,
+            registry: registry.map(str::to_owned),
+            namespaced: None,
+            tag: None,
+        })?;
     }
     Ok(())
 }

@@ -1,14 +1,15 @@
 //! `cargo xtask bench autoscale`: drain time of a 20,000-message backlog, a fixed
 //! single consumer against autoscaling 1..4 (see the module doc of `bench`).
 
-use super::{Machine, build_release, git_commit, out_dir, write_report};
+use super::common::{PulsarReport, build_release, out_dir, table, write_report};
+use super::machine::Machine;
 use crate::{cmd, paths, pulsar};
 use anyhow::{Context, Result};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 // ---------------------------------------------------------------------------
 // bench autoscale
@@ -46,24 +47,42 @@ pub(crate) fn run() -> Result<()> {
         crate::cluster::down()?;
     }
     result?;
-    let runs: Value = serde_json::from_str(
+    let runs: Runs = serde_json::from_str(
         &fs::read_to_string(&raw).with_context(|| format!("reading {}", raw.display()))?,
-    )?;
+    )
+    .with_context(|| format!("reading the runs of {}", raw.display()))?;
     let _ = fs::remove_file(&raw);
-    write_autoscale_report(&runs["runs"], &Machine::probe(), &dir)
+    write_autoscale_report(&runs.runs, &Machine::probe(), &dir)
+}
+
+/// What the test `bench_autoscale_drain` writes.
+#[derive(Deserialize)]
+struct Runs {
+    runs: Vec<Drain>,
+}
+
+/// One drain of the backlog, as the test records it.
+#[derive(Serialize, Deserialize)]
+struct Drain {
+    /// What drained it (`fixed single consumer`, `autoscaling 1..4`).
+    label: String,
+    /// The backlog.
+    messages: u64,
+    /// Distinct messages received.
+    received: u64,
+    /// From the PulsarConsumer's creation to a backlog of 0.
+    seconds: f64,
+    /// `messages / seconds`, rounded.
+    messages_per_second: f64,
+    /// The most consumers running at once.
+    max_consumers: u64,
+    /// Messages received more than once.
+    duplicates: u64,
 }
 
 /// `target/bench/autoscale.{json,md}` from the test's runs.
-fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result<()> {
-    let report = json!({
-        "benchmark": "autoscale",
-        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        "git_commit": git_commit(),
-        "pulsar_version": pulsar::PULSAR_VERSION,
-        "build": "release",
-        "machine": machine.json(),
-        "runs": runs,
-    });
+fn write_autoscale_report(runs: &[Drain], machine: &Machine, dir: &Path) -> Result<()> {
+    let report = PulsarReport::new("autoscale", machine, json!({ "runs": runs })).json()?;
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark: draining a backlog, autoscaled or not\n");
     let _ = writeln!(
@@ -76,23 +95,22 @@ fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result
         pulsar::PULSAR_VERSION
     );
     let _ = writeln!(md, "{}\n", machine.markdown());
-    let _ = writeln!(
-        md,
-        "| consumers | messages | seconds to drained | msgs/s | most consumers at once | duplicates |"
+    table(
+        &mut md,
+        "| consumers | messages | seconds to drained | msgs/s | most consumers at once | duplicates |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        runs.iter().map(|run| {
+            format!(
+                "| {} | {} | {:.1} | {:.0} | {} | {} |",
+                run.label,
+                run.messages,
+                run.seconds,
+                run.messages_per_second,
+                run.max_consumers,
+                run.duplicates,
+            )
+        }),
     );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
-    for run in runs.as_array().into_iter().flatten() {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.1} | {:.0} | {} | {} |",
-            run["label"].as_str().unwrap_or("?"),
-            run["messages"],
-            run["seconds"].as_f64().unwrap_or(0.0),
-            run["messages_per_second"].as_f64().unwrap_or(0.0),
-            run["max_consumers"],
-            run["duplicates"],
-        );
-    }
     let _ = writeln!(
         md,
         "\nThe autoscaled run reads the backlog every second and asks for \
@@ -101,4 +119,21 @@ fn write_autoscale_report(runs: &Value, machine: &Machine, dir: &Path) -> Result
          CPUs allow (see `consumer.md` for one against two consumers)."
     );
     write_report(dir, "autoscale", &report, &md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tests_runs_read_and_write_back() -> Result<()> {
+        let text = r#"{"runs": [{"duplicates": 0, "label": "autoscaling 1..4", "max_consumers": 4,
+            "messages": 20000, "messages_per_second": 4606.0, "received": 20000, "seconds": 4.342}]}"#;
+        let runs: Runs = serde_json::from_str(text)?;
+        assert_eq!(runs.runs.len(), 1);
+        assert_eq!(runs.runs[0].label, "autoscaling 1..4");
+        let back = json!({ "runs": runs.runs });
+        assert_eq!(back, serde_json::from_str::<serde_json::Value>(text)?);
+        Ok(())
+    }
 }

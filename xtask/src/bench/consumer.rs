@@ -1,7 +1,8 @@
 //! `cargo xtask bench consumer`: throughput of the Pulsar consumer app with 1 and 2
 //! consumers against the real broker (see the module doc of `bench`).
 
-use super::{Machine, build_release, git_commit, out_dir, round3, write_report};
+use super::common::{PulsarReport, build_release, out_dir, round3, table, write_report};
+use super::machine::Machine;
 use crate::pulsar;
 use crate::{cmd, paths};
 use anyhow::{Context, Result, bail, ensure};
@@ -111,20 +112,15 @@ pub(crate) fn run(args: &ConsumerArgs) -> Result<()> {
             })
         })
         .collect();
-    let report = json!({
-        "benchmark": "consumer",
-        "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        "git_commit": git_commit(),
-        "pulsar_version": pulsar::PULSAR_VERSION,
-        "build": "release",
+    let fields = json!({
         "messages": n,
-        "machine": machine.json(),
         "produce": {
             "seconds": round3(produce_seconds),
             "messages_per_second": rate(n, produce_seconds).round(),
         },
         "scenarios": scenario_json,
     });
+    let report = PulsarReport::new("consumer", &machine, fields).json()?;
 
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark: pulsar-consumer throughput\n");
@@ -135,24 +131,23 @@ pub(crate) fn run(args: &ConsumerArgs) -> Result<()> {
         pulsar::PULSAR_VERSION
     );
     let _ = writeln!(md, "{}\n", machine.markdown());
-    let _ = writeln!(
-        md,
-        "| consumers | messages | seconds | msgs/s | msgs/s (/metrics, 100 ms) | split |"
+    table(
+        &mut md,
+        "| consumers | messages | seconds | msgs/s | msgs/s (/metrics, 100 ms) | split |",
+        "| ---: | ---: | ---: | ---: | ---: | --- |",
+        scenarios.iter().map(|s| {
+            let split: Vec<String> = s.per_consumer.iter().map(u64::to_string).collect();
+            format!(
+                "| {} | {} | {:.3} | {:.0} | {:.0} | {} |",
+                s.consumers,
+                s.received(),
+                s.log_seconds,
+                s.rate(),
+                s.metrics_rate(),
+                split.join(" / ")
+            )
+        }),
     );
-    let _ = writeln!(md, "| ---: | ---: | ---: | ---: | ---: | --- |");
-    for s in &scenarios {
-        let split: Vec<String> = s.per_consumer.iter().map(u64::to_string).collect();
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.3} | {:.0} | {:.0} | {} |",
-            s.consumers,
-            s.received(),
-            s.log_seconds,
-            s.rate(),
-            s.metrics_rate(),
-            split.join(" / ")
-        );
-    }
     let _ = writeln!(
         md,
         "\nProducing the {n} messages (`pulsar-consumer produce`, one process, connection \
@@ -251,21 +246,15 @@ fn consume(
     for i in 0..consumers {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log_path = logs.join(format!("{topic}-{i}.log"));
-        let log = fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = Command::new(binary)
-            .env("PULSAR_SERVER", server)
-            .env("PULSAR_TOPIC", topic)
-            .env("PULSAR_SUBSCRIPTION_NAME", format!("{topic}-sub"))
-            .env("HTTP_BIND_ADDRESS", format!("127.0.0.1:{port}"))
-            .env("LOG_FORMAT", "json")
-            .env("HOSTNAME", format!("bench-{i}"))
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let child = xtask::pulsar_consumer::spawn(&xtask::pulsar_consumer::Launch {
+            binary,
+            server,
+            topic,
+            subscription: &format!("{topic}-sub"),
+            http_port: port,
+            hostname: &format!("bench-{i}"),
+            log_path: &log_path,
+        })?;
         procs.0.push((child, port, log_path));
     }
 

@@ -1,17 +1,23 @@
 //! What the figures depend on: the machine.
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::fs;
 
 // ---------------------------------------------------------------------------
 // The machine
 // ---------------------------------------------------------------------------
 
-/// What the figures depend on: CPUs, memory, CPU model.
+/// What the figures depend on: CPUs, memory, CPU model (as recorded in every
+/// benchmark's JSON, under `machine`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct Machine {
-    nproc: usize,
-    memory_kib: u64,
-    cpu_model: String,
+    /// CPUs available to this process.
+    pub nproc: usize,
+    /// `MemTotal`, KiB.
+    pub memory_kib: u64,
+    /// The first CPU's model name.
+    pub cpu_model: String,
 }
 
 impl Machine {
@@ -39,14 +45,6 @@ impl Machine {
             memory_kib,
             cpu_model,
         }
-    }
-
-    pub(crate) fn json(&self) -> Value {
-        json!({
-            "nproc": self.nproc,
-            "memory_kib": self.memory_kib,
-            "cpu_model": self.cpu_model,
-        })
     }
 
     pub(crate) fn markdown(&self) -> String {

@@ -25,20 +25,13 @@
 //!   `operator/mod.rs`. `--all` runs its standard set.
 
 mod autoscale;
+pub(crate) mod common;
 mod consumer;
-mod machine;
+pub(crate) mod machine;
 pub(crate) mod operator;
 
-pub(crate) use machine::Machine;
-
-use crate::cmd;
-use crate::paths;
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use serde_json::Value;
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Options of `cargo xtask bench`.
 #[derive(Args)]
@@ -86,48 +79,4 @@ fn run_all() -> Result<()> {
     let consumer = consumer::run(&consumer::ConsumerArgs::default());
     let autoscale = autoscale::run();
     operators.and(consumer).and(autoscale)
-}
-
-/// `target/bench`, created.
-pub(crate) fn out_dir() -> Result<PathBuf> {
-    let dir = paths::target_dir().join("bench");
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
-}
-
-fn build_release(packages: &[&str]) -> Result<()> {
-    let mut build = Command::new(env!("CARGO"));
-    build
-        .current_dir(paths::repo_root())
-        .args(["build", "--quiet", "--release", "--bins"]);
-    for p in packages {
-        build.args(["-p", p]);
-    }
-    cmd::run(&mut build)
-}
-
-/// Writes `target/bench/<name>.json` and `<name>.md`, prints the Markdown and where both went.
-fn write_report(dir: &Path, name: &str, report: &Value, md: &str) -> Result<()> {
-    let json_path = dir.join(format!("{name}.json"));
-    fs::write(&json_path, serde_json::to_string_pretty(report)? + "\n")
-        .with_context(|| format!("writing {}", json_path.display()))?;
-    let md_path = dir.join(format!("{name}.md"));
-    fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
-    print!("{md}");
-    println!("wrote {} and {}", json_path.display(), md_path.display());
-    Ok(())
-}
-
-pub(crate) fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-pub(crate) fn git_commit() -> Option<String> {
-    cmd::output(Command::new("git").current_dir(paths::repo_root()).args([
-        "rev-parse",
-        "--short",
-        "HEAD",
-    ]))
-    .ok()
-    .map(|s| s.trim().to_owned())
 }

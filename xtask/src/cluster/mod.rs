@@ -12,13 +12,17 @@
 pub mod build;
 pub mod node;
 mod pki;
+mod process;
+
+pub use process::{Process, stop_process};
 
 use crate::cmd;
 use crate::paths;
 use anyhow::{Context, Result, bail};
-use std::fs::File;
+use process::{
+    api_ready, is_our_process, runs_binary, start_process, stray_processes, wait_started,
+};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use xtask::kubectl::Kubectl;
 use xtask::process_group;
@@ -33,110 +37,6 @@ const ETCD_PEER: &str = "http://127.0.0.1:12380";
 /// pods: five hold the largest bench (PodSet 10,000 x 1, which grows to
 /// 20,000 pods when its change phase adds a replica).
 const NODES: usize = 5;
-
-/// The processes of the cluster, in start order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Process {
-    /// The key-value store.
-    Etcd,
-    /// The API server.
-    ApiServer,
-    /// Garbage collection, Deployments, ReplicaSets, service accounts...
-    ControllerManager,
-    /// Binds pods to nodes.
-    Scheduler,
-    /// Simulates the kubelets of the nodes.
-    Kwok,
-    /// The image registry of the real node (Debian's `docker-registry`).
-    Registry,
-    /// The real node's container runtime.
-    Containerd,
-    /// The real node's kubelet.
-    Kubelet,
-    /// Services and NodePorts on the real node.
-    KubeProxy,
-    /// Cluster DNS.
-    CoreDns,
-}
-
-impl Process {
-    /// Every process, in start order.
-    pub const ALL: [Process; 10] = [
-        Process::Etcd,
-        Process::ApiServer,
-        Process::ControllerManager,
-        Process::Scheduler,
-        Process::Kwok,
-        Process::Registry,
-        Process::Containerd,
-        Process::Kubelet,
-        Process::KubeProxy,
-        Process::CoreDns,
-    ];
-
-    /// Whether this process belongs to the real node.
-    pub fn is_node(self) -> bool {
-        matches!(
-            self,
-            Process::Registry
-                | Process::Containerd
-                | Process::Kubelet
-                | Process::KubeProxy
-                | Process::CoreDns
-        )
-    }
-
-    /// The processes this machine runs: the real node's only where it can
-    /// run (as root).
-    pub fn expected() -> Vec<Process> {
-        let node = node::supported();
-        Process::ALL
-            .into_iter()
-            .filter(|p| node || !p.is_node())
-            .collect()
-    }
-
-    /// The name used for its binary, log and pid file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Process::Etcd => "etcd",
-            Process::ApiServer => "kube-apiserver",
-            Process::ControllerManager => "kube-controller-manager",
-            Process::Scheduler => "kube-scheduler",
-            Process::Kwok => "kwok",
-            Process::Registry => "registry",
-            Process::Containerd => "containerd",
-            Process::Kubelet => "kubelet",
-            Process::KubeProxy => "kube-proxy",
-            Process::CoreDns => "coredns",
-        }
-    }
-
-    /// Parses a process name as the command line gives it.
-    pub fn parse(name: &str) -> Result<Process> {
-        Process::ALL
-            .into_iter()
-            .find(|p| p.name() == name || p.name().trim_start_matches("kube-") == name)
-            .with_context(|| {
-                format!(
-                    "unknown cluster process `{name}`; expected one of: {}",
-                    Process::ALL.map(Process::name).join(", ")
-                )
-            })
-    }
-
-    fn binary(self) -> Result<PathBuf> {
-        match self {
-            Process::Etcd => build::ETCD.binary("etcd"),
-            Process::Kwok => build::KWOK.binary("kwok"),
-            Process::Registry => cmd::which("docker-registry")
-                .context("docker-registry is not installed (apt-get install docker-registry)"),
-            Process::Containerd => build::CONTAINERD.binary("containerd"),
-            Process::CoreDns => build::COREDNS.binary("coredns"),
-            other => build::KUBERNETES.binary(other.name()),
-        }
-    }
-}
 
 /// Files of a running (or stopped) cluster.
 pub struct Layout {
@@ -172,6 +72,24 @@ impl Layout {
         self.root.join("config").join(name)
     }
 
+    /// Writes `manifest` to the configuration file `name` and applies it
+    /// server-side as the cluster's own field manager; `force`: taking over
+    /// fields another manager set.
+    fn apply(&self, name: &str, manifest: &str, force: bool) -> Result<()> {
+        let path = self.config(name);
+        std::fs::write(&path, manifest)?;
+        let mut apply = self.kubectl()?.with_args(["apply", "--server-side"]);
+        if force {
+            apply.arg("--force-conflicts");
+        }
+        cmd::output(
+            apply
+                .args(["--field-manager=xtask-cluster", "-f"])
+                .arg(&path),
+        )?;
+        Ok(())
+    }
+
     /// The pid of `p` if it runs (and really is our binary).
     pub fn running_pid(&self, p: Process) -> Option<u32> {
         let pid = process_group::read_pid(&self.pid_file(p))?;
@@ -183,32 +101,6 @@ impl Default for Layout {
     fn default() -> Self {
         Layout::new()
     }
-}
-
-/// Whether `pid` runs one of the cached cluster binaries.
-fn is_our_process(pid: u32) -> bool {
-    let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
-        return false;
-    };
-    // A zombie or exiting process has no usable state.
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let zombie = state
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-    !zombie && build::is_cached_binary(&exe)
-}
-
-/// Whether `pid` is alive and runs `p`'s binary (for processes whose binary
-/// is not in the cache, such as Debian's registry).
-fn runs_binary(pid: u32, p: Process) -> bool {
-    let (Ok(exe), Ok(binary)) = (std::fs::read_link(format!("/proc/{pid}/exe")), p.binary()) else {
-        return false;
-    };
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let zombie = state
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-    !zombie && std::fs::canonicalize(binary).is_ok_and(|b| b == exe)
 }
 
 /// The API server's URL as the cluster's own components reach it.
@@ -230,31 +122,6 @@ pub fn is_up(layout: &Layout) -> bool {
             .iter()
             .all(|p| layout.running_pid(*p).is_some())
         && api_ready(layout)
-}
-
-fn api_ready(layout: &Layout) -> bool {
-    let pki = layout.pki();
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "3", "--cacert"])
-        .arg(pki.join("ca.crt"))
-        .arg("--cert")
-        .arg(pki.join("admin.crt"))
-        .arg("--key")
-        .arg(pki.join("admin.key"))
-        .arg(format!("{API_SERVER}/readyz"))
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output();
-    out.is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"ok"))
-}
-
-fn etcd_ready() -> bool {
-    Command::new("curl")
-        .args(["-sS", "--max-time", "3", &format!("{ETCD_CLIENT}/health")])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("true"))
 }
 
 /// Builds what is missing, starts what is not running, waits until the
@@ -345,195 +212,43 @@ fn write_configs(layout: &Layout) -> Result<()> {
             std::fs::copy(&path, layout.kubeconfig())?;
         }
     }
-    std::fs::write(
-        layout.config("scheduler.yaml"),
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: {}
-  qps: 500
+    write_component_config(
+        layout,
+        "scheduler.yaml",
+        (
+            "kubescheduler.config.k8s.io/v1",
+            "KubeSchedulerConfiguration",
+        ),
+        &layout.config("scheduler.kubeconfig"),
+        "  qps: 500
   burst: 1000
 leaderElection:
   leaderElect: false
 ",
-            layout.config("scheduler.kubeconfig").display()
-        ),
     )?;
     Ok(())
 }
 
-fn process_args(layout: &Layout, p: Process) -> Result<Vec<String>> {
-    let pki = layout.pki();
-    let pki = |f: &str| pki.join(f).display().to_string();
-    let cfg = |f: &str| layout.config(f).display().to_string();
-    let data = layout.root.join("data").join("etcd").display().to_string();
-    let args: Vec<String> = match p {
-        Process::Etcd => vec![
-            "--name=local".into(),
-            format!("--data-dir={data}"),
-            format!("--listen-client-urls={ETCD_CLIENT}"),
-            format!("--advertise-client-urls={ETCD_CLIENT}"),
-            format!("--listen-peer-urls={ETCD_PEER}"),
-            format!("--initial-advertise-peer-urls={ETCD_PEER}"),
-            format!("--initial-cluster=local={ETCD_PEER}"),
-            "--listen-metrics-urls=http://127.0.0.1:12381".into(),
-            // Test data only: durability across power loss is not needed.
-            "--unsafe-no-fsync=true".into(),
-            "--quota-backend-bytes=8589934592".into(),
-            "--log-level=warn".into(),
-        ],
-        Process::ApiServer => vec![
-            format!("--etcd-servers={ETCD_CLIENT}"),
-            "--bind-address=127.0.0.1".into(),
-            // The address pods reach it at (see `node`): the `kubernetes`
-            // Service's endpoint must not be a loopback address.
-            format!(
-                "--advertise-address={}",
-                if node::supported() {
-                    node::NODE_IP
-                } else {
-                    "127.0.0.1"
-                }
-            ),
-            format!("--secure-port={API_SERVER_PORT}"),
-            format!("--kubelet-client-certificate={}", pki("admin.crt")),
-            format!("--kubelet-client-key={}", pki("admin.key")),
-            "--kubelet-preferred-address-types=InternalIP".into(),
-            format!("--client-ca-file={}", pki("ca.crt")),
-            format!("--tls-cert-file={}", pki("apiserver.crt")),
-            format!("--tls-private-key-file={}", pki("apiserver.key")),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!("--service-account-key-file={}", pki("sa.pub")),
-            format!("--service-account-signing-key-file={}", pki("sa.key")),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--service-node-port-range=30000-32767".into(),
-            "--authorization-mode=Node,RBAC".into(),
-            // PodNodeSelector and PodTolerationRestriction let a namespace
-            // send its pods to the simulated nodes (`node::SIMULATED_NAMESPACE_ANNOTATIONS`).
-            "--enable-admission-plugins=NodeRestriction,PodNodeSelector,PodTolerationRestriction"
-                .into(),
-            "--allow-privileged=false".into(),
-            "--profiling=false".into(),
-            "--max-requests-inflight=1000".into(),
-            "--max-mutating-requests-inflight=500".into(),
-        ],
-        Process::ControllerManager => vec![
-            format!("--kubeconfig={}", cfg("controller-manager.kubeconfig")),
-            format!(
-                "--authentication-kubeconfig={}",
-                cfg("controller-manager.kubeconfig")
-            ),
-            format!(
-                "--authorization-kubeconfig={}",
-                cfg("controller-manager.kubeconfig")
-            ),
-            "--bind-address=127.0.0.1".into(),
-            "--secure-port=10257".into(),
-            "--leader-elect=false".into(),
-            "--use-service-account-credentials=true".into(),
-            format!("--service-account-private-key-file={}", pki("sa.key")),
-            format!("--root-ca-file={}", pki("ca.crt")),
-            format!("--cluster-signing-cert-file={}", pki("ca.crt")),
-            format!("--cluster-signing-key-file={}", pki("ca.key")),
-            "--controllers=*,-nodeipam".into(),
-            "--kube-api-qps=500".into(),
-            "--kube-api-burst=1000".into(),
-            "--concurrent-deployment-syncs=10".into(),
-            "--concurrent-replicaset-syncs=10".into(),
-            "--concurrent-gc-syncs=40".into(),
-        ],
-        Process::Scheduler => vec![
-            format!("--config={}", cfg("scheduler.yaml")),
-            format!(
-                "--authentication-kubeconfig={}",
-                cfg("scheduler.kubeconfig")
-            ),
-            format!("--authorization-kubeconfig={}", cfg("scheduler.kubeconfig")),
-            "--bind-address=127.0.0.1".into(),
-            "--secure-port=10259".into(),
-        ],
-        Process::Kwok => vec![
-            format!("--kubeconfig={}", cfg("kwok.kubeconfig")),
-            format!(
-                "--config={}",
-                build::KWOK.module_dir().join("stages.yaml").display()
-            ),
-            "--manage-nodes-with-label-selector=type=kwok".into(),
-            "--cidr=10.244.0.0/16".into(),
-            "--node-ip=10.0.0.1".into(),
-            "--server-address=127.0.0.1:10247".into(),
-            "--node-lease-duration-seconds=40".into(),
-        ],
-        node_process => node::process_args(layout, node_process)?,
-    };
-    Ok(args)
-}
-
-fn start_process(layout: &Layout, p: Process) -> Result<()> {
-    let binary = p.binary()?;
-    let log_path = layout.log(p);
-    let log = File::options()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut command = Command::new(&binary);
-    command
-        .args(process_args(layout, p)?)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // Its own process group: it outlives this command and `down` can stop
-    // it (and anything it spawned) as one.
-    let child = process_group::spawn(&mut command)
-        .with_context(|| format!("starting {}", binary.display()))?;
-    process_group::write_pid(&layout.pid_file(p), child.id())?;
-    println!(
-        "cluster: started {} (pid {}, log {})",
-        p.name(),
-        child.id(),
-        log_path.display()
+/// Writes the configuration file `file` of a component: its `apiVersion`
+/// and `kind`, `clientConnection` with the kubeconfig it connects with, then
+/// `rest` (which may go on with `clientConnection`, indented).
+fn write_component_config(
+    layout: &Layout,
+    file: &str,
+    (api_version, kind): (&str, &str),
+    kubeconfig: &Path,
+    rest: &str,
+) -> Result<()> {
+    let text = format!(
+        "apiVersion: {api_version}
+kind: {kind}
+clientConnection:
+  kubeconfig: {}
+{rest}",
+        kubeconfig.display()
     );
-    Ok(())
-}
-
-fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-fn wait_started(layout: &Layout, p: Process) -> Result<()> {
-    let (timeout, ready): (Duration, Box<dyn Fn() -> bool>) = match p {
-        Process::Etcd => (Duration::from_secs(60), Box::new(etcd_ready)),
-        Process::ApiServer => (Duration::from_secs(120), Box::new(|| api_ready(layout))),
-        Process::Registry => (Duration::from_secs(20), Box::new(node::registry_ready)),
-        Process::Containerd => (
-            Duration::from_secs(30),
-            Box::new(|| node::containerd_ready(layout)),
-        ),
-        Process::CoreDns => (Duration::from_secs(30), Box::new(node::coredns_ready)),
-        _ => (Duration::from_secs(2), Box::new(|| false)),
-    };
-    let ok = cmd::wait_until(timeout, || layout.running_pid(p).is_none() || ready());
-    let must_be_ready = matches!(
-        p,
-        Process::Etcd
-            | Process::ApiServer
-            | Process::Registry
-            | Process::Containerd
-            | Process::CoreDns
-    );
-    if layout.running_pid(p).is_none() || (!ok && must_be_ready) {
-        bail!(
-            "{} did not start; the end of {}:\n{}",
-            p.name(),
-            layout.log(p).display(),
-            log_tail(&layout.log(p), 30)
-        );
-    }
-    Ok(())
+    std::fs::write(layout.config(file), text)
+        .with_context(|| format!("writing the configuration {file}"))
 }
 
 /// Whether the API server answers a read that goes through to etcd
@@ -581,21 +296,9 @@ metadata:
 {taints}"
         ));
     }
-    let path = layout.config("nodes.yaml");
-    std::fs::write(&path, manifest)?;
-    cmd::output(
-        layout
-            .kubectl()?
-            .with_args([
-                "apply",
-                "--server-side",
-                "--field-manager=xtask-cluster",
-                "-f",
-            ])
-            .arg(&path),
-    )
-    .context("registering the simulated nodes")?;
-    Ok(())
+    layout
+        .apply("nodes.yaml", &manifest, false)
+        .context("registering the simulated nodes")
 }
 
 fn wait_cluster_ready(layout: &Layout) -> Result<()> {
@@ -629,31 +332,6 @@ fn wait_cluster_ready(layout: &Layout) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Stops one process (used by fault-injection tests), keeping the data.
-pub fn stop_process(layout: &Layout, p: Process) -> Result<bool> {
-    let Some(pid) = layout.running_pid(p) else {
-        return Ok(false);
-    };
-    let grace = process_group::Grace {
-        term: Duration::from_secs(15),
-        kill: Duration::from_secs(5),
-    };
-    let _ = process_group::stop(pid, grace, || is_our_process(pid), || {});
-    let _ = std::fs::remove_file(layout.pid_file(p));
-    Ok(true)
-}
-
-/// Every process on this machine running one of the cached cluster binaries.
-fn stray_processes() -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != std::process::id() && is_our_process(*pid))
-        .collect()
 }
 
 /// Stops every process `up` started and removes the cluster's data.

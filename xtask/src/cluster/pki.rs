@@ -409,36 +409,16 @@ mod tests {
         }
         let dir = temp_dir("openssl");
         std::fs::create_dir_all(&dir).unwrap();
-        let openssl = |args: &[&str]| {
-            let out = std::process::Command::new("openssl")
-                .current_dir(&dir)
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
+        let openssl = |args: &[&str]| xtask::openssl::run(&dir, args).unwrap();
+        xtask::openssl::self_signed_ec(
+            &dir,
             "ca.key",
-            "-out",
             "ca.crt",
-            "-days",
-            "30",
-            "-subj",
             "/CN=rust-operators-local-ca",
-        ]);
+            30,
+            &[],
+        )
+        .unwrap();
         openssl(&["genrsa", "-out", "sa.key", "2048"]);
         openssl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
         let sa_before = std::fs::read(dir.join("sa.key")).unwrap();
@@ -464,16 +444,11 @@ mod tests {
         let dir = temp_dir("verify");
         ensure(&dir).unwrap();
         let verify = |purpose: &str, file: &str| {
-            let out = std::process::Command::new("openssl")
-                .current_dir(&dir)
-                .args(["verify", "-purpose", purpose, "-CAfile", "ca.crt", file])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{file}: {}",
-                String::from_utf8_lossy(&out.stderr)
+            let verified = xtask::openssl::run(
+                &dir,
+                &["verify", "-purpose", purpose, "-CAfile", "ca.crt", file],
             );
+            assert!(verified.is_ok(), "{file}: {verified:?}");
         };
         verify("sslserver", "apiserver.crt");
         for id in &IDENTITIES {

@@ -8,21 +8,30 @@ pub(super) fn rootfs(name: &str, binary: &[u8], ca_bundle: Vec<u8>) -> Vec<tar::
     let passwd = "root:x:0:0:root:/root:/sbin/nologin\n\
                   nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n";
     let group = "root:x:0:\nnonroot:x:65532:\n";
-    vec![
-        Entry::dir("etc", 0o755),
-        Entry::file("etc/group", 0o644, group.as_bytes().to_vec()),
-        Entry::file("etc/passwd", 0o644, passwd.as_bytes().to_vec()),
-        Entry::dir("etc/ssl", 0o755),
-        Entry::dir("etc/ssl/certs", 0o755),
-        Entry::file("etc/ssl/certs/ca-certificates.crt", 0o644, ca_bundle),
-        Entry::dir("home", 0o755),
-        Entry::dir("home/nonroot", 0o755),
-        Entry::dir("tmp", 0o1777),
-        Entry::dir("usr", 0o755),
-        Entry::dir("usr/local", 0o755),
-        Entry::dir("usr/local/bin", 0o755),
-        Entry::file(&format!("usr/local/bin/{name}"), 0o755, binary.to_vec()),
-    ]
+    let mut entries = tar::skeleton(
+        passwd,
+        group,
+        &[
+            "etc/ssl",
+            "etc/ssl/certs",
+            "home",
+            "home/nonroot",
+            "usr",
+            "usr/local",
+            "usr/local/bin",
+        ],
+    );
+    entries.push(Entry::file(
+        "etc/ssl/certs/ca-certificates.crt",
+        0o644,
+        ca_bundle,
+    ));
+    entries.push(Entry::file(
+        &format!("usr/local/bin/{name}"),
+        0o755,
+        binary.to_vec(),
+    ));
+    entries
 }
 
 pub(super) fn gzip(data: &[u8]) -> Result<Vec<u8>> {

@@ -84,27 +84,13 @@ pub fn build(image: SystemImage) -> Result<Image> {
 }
 
 fn base_entries() -> Vec<Entry> {
-    vec![
-        Entry::dir("bin", 0o755),
-        Entry::dir("etc", 0o755),
-        Entry::file(
-            "etc/passwd",
-            0o644,
-            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
-                .to_vec(),
-        ),
-        Entry::file(
-            "etc/group",
-            0o644,
-            b"root:x:0:\nnogroup:x:65534:\n".to_vec(),
-        ),
-        Entry::dir("tmp", 0o1777),
-        Entry::dir("usr", 0o755),
-        Entry::dir("usr/bin", 0o755),
-        Entry::dir("usr/sbin", 0o755),
-        Entry::dir("sbin", 0o755),
-        Entry::dir("root", 0o700),
-    ]
+    let mut entries = super::tar::skeleton(
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+        "root:x:0:\nnogroup:x:65534:\n",
+        &["bin", "usr", "usr/bin", "usr/sbin", "sbin"],
+    );
+    entries.push(Entry::dir("root", 0o700));
+    entries
 }
 
 fn spec(image: SystemImage, entries: Vec<Entry>, package: &str) -> Spec {

@@ -53,6 +53,19 @@ impl Entry {
     }
 }
 
+/// The skeleton of a root filesystem: `/etc` with `passwd` and `group`,
+/// `/tmp` (sticky, world-writable) and `dirs` (mode 0755).
+pub fn skeleton(passwd: &str, group: &str, dirs: &[&str]) -> Vec<Entry> {
+    let mut entries = vec![
+        Entry::dir("etc", 0o755),
+        Entry::file("etc/passwd", 0o644, passwd.as_bytes().to_vec()),
+        Entry::file("etc/group", 0o644, group.as_bytes().to_vec()),
+        Entry::dir("tmp", 0o1777),
+    ];
+    entries.extend(dirs.iter().map(|d| Entry::dir(d, 0o755)));
+    entries
+}
+
 const BLOCK: usize = 512;
 
 /// Writes `entries` (sorted by path) as a ustar archive, every entry owned by

@@ -1,11 +1,16 @@
 //! The operator under test, a local process (see `xtask::local_operator`).
 
-use super::*;
+use super::procfs;
+use anyhow::{Context, Result, bail, ensure};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use xtask::local_operator::{Launch, LocalOperator};
 
 /// The operator under test; SIGTERM (then SIGKILL) when dropped.
 pub(super) struct OperatorProcess(pub(super) LocalOperator);
 
 impl OperatorProcess {
+    /// Starts `binary` as the ServiceAccount of `kubeconfig`, watching `namespace`.
     pub(super) fn start(
         binary: &Path,
         kubeconfig: &Path,
@@ -28,11 +33,13 @@ impl OperatorProcess {
         self.0.stop(Duration::from_secs(10));
     }
 
+    /// Its memory, threads and CPU time now.
     pub(super) fn sample(&self) -> Result<procfs::Sample> {
         procfs::sample(self.0.pid())
             .with_context(|| format!("the operator is gone; log: {}", self.0.log_path.display()))
     }
 
+    /// Waits up to 60 s for `/readyz` to answer 200.
     pub(super) async fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -62,6 +69,15 @@ impl OperatorProcess {
     /// The operator's log so far, from byte `from`.
     pub(super) fn log_from(&self, from: usize) -> String {
         self.0.log_from(from)
+    }
+
+    /// The operator's log from byte `from` to byte `to` (empty when those are
+    /// not character boundaries).
+    pub(super) fn log_between(&self, from: usize, to: usize) -> String {
+        let log = self.log_from(0);
+        log.get(from..to.min(log.len()))
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// Bytes logged so far (a phase boundary).

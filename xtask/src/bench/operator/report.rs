@@ -3,9 +3,11 @@
 //! over time after the create, one line per run).
 
 use super::procfs::mib;
-use crate::bench::{Machine, out_dir};
+use super::record::{Requests, RunRecord};
+use crate::bench::common::{out_dir, table};
+use crate::bench::machine::Machine;
 use anyhow::{Context, Result};
-use serde_json::Value;
+use serde::Deserialize;
 use std::fmt::Write as _;
 use std::fs;
 
@@ -16,55 +18,63 @@ const PEAK_TARGET_MIB: f64 = 40.0;
 /// Writes per object within this share above the minimum count as close to it.
 const WRITES_TOLERANCE: f64 = 0.05;
 
+/// The operator's name, `?` when the record has none.
+fn operator(run: &RunRecord) -> &str {
+    if run.operator.is_empty() {
+        "?"
+    } else {
+        &run.operator
+    }
+}
+
 /// `podset-100`, or `podset-100 + 5000 stranger pods`.
-fn run_label(run: &Value) -> String {
-    let base = format!(
-        "{}-{}",
-        run["operator"].as_str().unwrap_or("?"),
-        run["objects"]
-    );
-    match run["stranger_pods"].as_u64() {
-        Some(m) if m > 0 => format!("{base} + {m} stranger pods"),
-        _ => base,
+fn run_label(run: &RunRecord) -> String {
+    let base = format!("{}-{}", operator(run), run.objects);
+    match run.stranger_pods {
+        0 => base,
+        m => format!("{base} + {m} stranger pods"),
     }
 }
 
 /// The operator column: `podset`, or `podset (+5000 stranger pods)`.
-fn operator_cell(run: &Value) -> String {
-    let op = run["operator"].as_str().unwrap_or("?");
-    match run["stranger_pods"].as_u64() {
-        Some(m) if m > 0 => format!("{op} (+{m} stranger pods)"),
-        _ => op.to_owned(),
+fn operator_cell(run: &RunRecord) -> String {
+    match run.stranger_pods {
+        0 => operator(run).to_owned(),
+        m => format!("{} (+{m} stranger pods)", operator(run)),
     }
 }
 
+/// A number of seconds (or any fraction) as the JSON record writes it:
+/// `2.0`, not `2`.
+fn float(x: f64) -> String {
+    serde_json::Value::from(x).to_string()
+}
+
 /// One line for the console after a run.
-pub fn one_line(run: &Value) -> String {
+pub(super) fn one_line(run: &RunRecord) -> String {
     format!(
         "    {}: idle {} MiB, peak {} MiB, all Ready {}s (p50 {}s, p99 {}s), {} requests/object, {} extra pods, {} quiet writes, CPU {}s",
         run_label(run),
-        mib(kib(&run["startup"]["idle_rss_kib"])),
-        mib(kib(&run["end"]["hwm_kib"])),
-        run["create"]["all_ready_seconds"],
-        run["create"]["latency_p50_seconds"],
-        run["create"]["latency_p99_seconds"],
-        run["create"]["requests"]["per_object"],
-        run["pods"]["extra"],
-        run["steady"]["writes"],
-        run["end"]["cpu_seconds"],
+        mib(run.startup.idle_rss_kib),
+        mib(run.end.hwm_kib),
+        float(run.create.all_ready_seconds),
+        float(run.create.latency_p50_seconds),
+        float(run.create.latency_p99_seconds),
+        float(run.create.requests.per_object),
+        run.pods.extra,
+        run.steady.writes,
+        float(run.end.cpu_seconds),
     )
 }
 
-fn kib(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(0.0)
-}
-
 /// Every `target/bench/*.json` of an operator run, in the standard order.
-fn runs() -> Result<Vec<Value>> {
+fn runs() -> Result<Vec<RunRecord>> {
+    /// Which benchmark a file is of.
+    #[derive(Deserialize)]
+    struct Benchmark {
+        #[serde(default)]
+        benchmark: String,
+    }
     let dir = out_dir()?;
     let mut runs = Vec::new();
     for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
@@ -75,35 +85,36 @@ fn runs() -> Result<Vec<Value>> {
         let Ok(text) = fs::read_to_string(&path) else {
             continue;
         };
-        let Ok(run) = serde_json::from_str::<Value>(&text) else {
+        if !serde_json::from_str::<Benchmark>(&text).is_ok_and(|b| b.benchmark == "operator") {
             continue;
-        };
-        if run["benchmark"] == "operator" {
-            runs.push(run);
+        }
+        match serde_json::from_str::<RunRecord>(&text) {
+            Ok(run) => runs.push(run),
+            Err(e) => eprintln!("bench: {} left out: {e}", path.display()),
         }
     }
-    let order = |r: &Value| {
-        let op = r["operator"].as_str().unwrap_or("");
+    let order = |r: &RunRecord| {
         let i = xtask::operators::KINDS
             .iter()
-            .position(|k| k.short == op)
+            .position(|k| k.short == r.operator)
             .unwrap_or(9);
-        (
-            i,
-            r["objects"].as_u64().unwrap_or(0),
-            r["stranger_pods"].as_u64().unwrap_or(0),
-        )
+        (i, r.objects, r.stranger_pods)
     };
     runs.sort_by_key(order);
     Ok(runs)
 }
 
-/// A number, or `-` for a run recorded before the field existed.
-fn cell_or_dash(v: &Value) -> String {
-    if v.is_null() {
+/// Requests by verb: `get pods: 2, list pods: 1`, or `-`.
+fn by_verb(requests: &Requests) -> String {
+    let parts: Vec<String> = requests
+        .by_verb
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    if parts.is_empty() {
         "-".to_owned()
     } else {
-        v.to_string()
+        parts.join(", ")
     }
 }
 
@@ -125,7 +136,7 @@ pub fn write_summary() -> Result<String> {
     Ok(md)
 }
 
-fn markdown(runs: &[Value]) -> String {
+fn markdown(runs: &[RunRecord]) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark: the operators at scale\n");
     let _ = writeln!(
@@ -137,56 +148,28 @@ fn markdown(runs: &[Value]) -> String {
          --objects <N> --replicas 3`; the set below: `cargo xtask bench --all`).\n"
     );
     let _ = writeln!(md, "{}\n", Machine::probe().markdown());
-    if let Some(machine) = runs.first().map(|r| &r["machine"]) {
+    if let Some(machine) = runs.first().map(|r| &r.machine) {
         let _ = writeln!(
             md,
             "Runs recorded on: {} CPUs, {:.1} GiB, {}.\n",
-            machine["nproc"],
-            f(&machine["memory_kib"]) / 1024.0 / 1024.0,
-            machine["cpu_model"].as_str().unwrap_or("?")
+            machine.nproc,
+            machine.memory_kib as f64 / 1024.0 / 1024.0,
+            if machine.cpu_model.is_empty() {
+                "?"
+            } else {
+                &machine.cpu_model
+            }
         );
     }
-    let _ = writeln!(
-        md,
+    table(
+        &mut md,
         "| operator | N | pods | idle RSS MiB (anon) | peak RSS MiB | RSS after quiet MiB (anon) | threads | \
          all Ready s | p50 s | p99 s | requests/obj | writes/obj (min) | extra pods | \
-         quiet writes (s) | restart s (writes) | KiB/obj | change s | delete s | CPU s |"
-    );
-    let _ = writeln!(
-        md,
+         quiet writes (s) | restart s (writes) | KiB/obj | change s | delete s | CPU s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | \
-         ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+         ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        runs.iter().map(run_row),
     );
-    for r in runs {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {:.1} | {} | {} | {} |",
-            operator_cell(r),
-            r["objects"],
-            r["pods"]["desired"],
-            mib(kib(&r["startup"]["idle_rss_kib"])),
-            mib(kib(&r["startup"]["idle_anon_kib"])),
-            mib(kib(&r["end"]["hwm_kib"])),
-            mib(kib(&r["steady"]["rss_kib"])),
-            mib(kib(&r["steady"]["anon_kib"])),
-            r["create"]["threads"],
-            r["create"]["all_ready_seconds"],
-            r["create"]["latency_p50_seconds"],
-            r["create"]["latency_p99_seconds"],
-            r["create"]["requests"]["per_object"],
-            r["create"]["requests"]["writes_per_object"],
-            r["minimum_writes_per_object"],
-            r["pods"]["extra"],
-            r["steady"]["writes"],
-            r["steady"]["window_seconds"],
-            cell_or_dash(&r["restart"]["all_reconciled_seconds"]),
-            cell_or_dash(&r["restart"]["writes"]),
-            f(&r["kib_per_object"]),
-            r["change"]["all_ready_seconds"],
-            r["delete"]["children_gone_seconds"],
-            r["end"]["cpu_seconds"],
-        );
-    }
     let _ = writeln!(
         md,
         "\n- RSS: `VmRSS` of `/proc/<pid>/status`; idle = 3 s after `/readyz` with no objects; \
@@ -216,69 +199,94 @@ fn markdown(runs: &[Value]) -> String {
     );
 
     let _ = writeln!(md, "## Targets\n");
-    let _ = writeln!(
-        md,
-        "| run | idle RSS <= {IDLE_TARGET_MIB} MiB | peak RSS <= {PEAK_TARGET_MIB} MiB (1,000 PodSets x 3) | 0 extra pods | 0 quiet writes | writes/obj close to the minimum |"
+    table(
+        &mut md,
+        &format!(
+            "| run | idle RSS <= {IDLE_TARGET_MIB} MiB | peak RSS <= {PEAK_TARGET_MIB} MiB (1,000 PodSets x 3) | 0 extra pods | 0 quiet writes | writes/obj close to the minimum |"
+        ),
+        "| --- | --- | --- | --- | --- | --- |",
+        runs.iter().map(targets_row),
     );
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
-    for r in runs {
-        let idle = mib(kib(&r["startup"]["idle_rss_kib"]));
-        let peak = mib(kib(&r["end"]["hwm_kib"]));
-        let n = r["objects"].as_u64().unwrap_or(0);
-        let operator = r["operator"].as_str().unwrap_or("?");
-        let peak_cell = if n >= 1000 && operator == "podset" && r["replicas"].as_u64() == Some(3) {
-            format!("{} ({peak})", mark(peak <= PEAK_TARGET_MIB))
-        } else {
-            format!("n/a ({peak})")
-        };
-        let writes = f(&r["create"]["requests"]["writes_per_object"]);
-        let min = f(&r["minimum_writes_per_object"]);
-        let _ = writeln!(
-            md,
-            "| {} | {} ({idle}) | {peak_cell} | {} | {} | {} ({writes} vs {min}) |",
-            run_label(r),
-            mark(idle <= IDLE_TARGET_MIB),
-            mark(r["pods"]["extra"].as_u64() == Some(0)),
-            mark(r["steady"]["writes"].as_u64() == Some(0)),
-            mark(min > 0.0 && writes <= min * (1.0 + WRITES_TOLERANCE)),
-        );
-    }
 
     let _ = writeln!(md, "\n## Requests by verb\n");
-    let _ = writeln!(
-        md,
-        "| run | startup | create phase | quiet window | change | delete |"
+    table(
+        &mut md,
+        "| run | startup | create phase | quiet window | change | delete |",
+        "| --- | --- | --- | --- | --- | --- |",
+        runs.iter().map(|r| {
+            format!(
+                "| {} | {} | {} | {} | {} | {} |",
+                run_label(r),
+                by_verb(&r.startup.requests),
+                by_verb(&r.create.requests),
+                by_verb(&r.steady.requests),
+                by_verb(&r.change.requests),
+                by_verb(&r.delete.requests),
+            )
+        }),
     );
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
-    for r in runs {
-        let cell = |phase: &str| {
-            let by = &r[phase]["requests"]["by_verb"];
-            let parts: Vec<String> = by
-                .as_object()
-                .map(|m| m.iter().map(|(k, v)| format!("{k}: {v}")).collect())
-                .unwrap_or_default();
-            if parts.is_empty() {
-                "-".to_owned()
-            } else {
-                parts.join(", ")
-            }
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} |",
-            run_label(r),
-            cell("startup"),
-            cell("create"),
-            cell("steady"),
-            cell("change"),
-            cell("delete"),
-        );
-    }
     let _ = writeln!(
         md,
         "\nObjects Ready over time after the create: `ready-over-time.svg`.\n"
     );
     md
+}
+
+/// A run's row of the main table.
+fn run_row(r: &RunRecord) -> String {
+    format!(
+        "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {:.1} | {} | {} | {} |",
+        operator_cell(r),
+        r.objects,
+        r.pods.desired,
+        mib(r.startup.idle_rss_kib),
+        mib(r.startup.idle_anon_kib),
+        mib(r.end.hwm_kib),
+        mib(r.steady.rss_kib),
+        mib(r.steady.anon_kib),
+        r.create.threads,
+        float(r.create.all_ready_seconds),
+        float(r.create.latency_p50_seconds),
+        float(r.create.latency_p99_seconds),
+        float(r.create.requests.per_object),
+        float(r.create.requests.writes_per_object),
+        r.minimum_writes_per_object,
+        r.pods.extra,
+        r.steady.writes,
+        r.steady.window_seconds,
+        // `-` for a run recorded before the restart phase existed.
+        r.restart
+            .as_ref()
+            .map_or("-".to_owned(), |r| float(r.all_reconciled_seconds)),
+        r.restart
+            .as_ref()
+            .map_or("-".to_owned(), |r| r.writes.to_string()),
+        r.kib_per_object,
+        float(r.change.all_ready_seconds),
+        float(r.delete.children_gone_seconds),
+        float(r.end.cpu_seconds),
+    )
+}
+
+/// A run's row of the targets table.
+fn targets_row(r: &RunRecord) -> String {
+    let idle = mib(r.startup.idle_rss_kib);
+    let peak = mib(r.end.hwm_kib);
+    let peak_cell = if r.objects >= 1000 && r.operator == "podset" && r.replicas == 3 {
+        format!("{} ({peak})", mark(peak <= PEAK_TARGET_MIB))
+    } else {
+        format!("n/a ({peak})")
+    };
+    let writes = r.create.requests.writes_per_object;
+    let min = r.minimum_writes_per_object as f64;
+    format!(
+        "| {} | {} ({idle}) | {peak_cell} | {} | {} | {} ({writes} vs {min}) |",
+        run_label(r),
+        mark(idle <= IDLE_TARGET_MIB),
+        mark(r.pods.extra == 0),
+        mark(r.steady.writes == 0),
+        mark(min > 0.0 && writes <= min * (1.0 + WRITES_TOLERANCE)),
+    )
 }
 
 /// Escapes text for SVG.
@@ -300,7 +308,7 @@ fn tick_step(max: f64) -> f64 {
 
 /// Percent of objects Ready against seconds since the create, one step line
 /// per run.
-fn svg(runs: &[Value]) -> String {
+fn svg(runs: &[RunRecord]) -> String {
     const W: f64 = 820.0;
     const H: f64 = 440.0;
     const LEFT: f64 = 60.0;
@@ -313,16 +321,8 @@ fn svg(runs: &[Value]) -> String {
     let curves: Vec<(String, Vec<f64>)> = runs
         .iter()
         .map(|r| {
-            let label = format!(
-                "{} N={}",
-                r["operator"].as_str().unwrap_or("?"),
-                r["objects"]
-            );
-            let times = r["create"]["ready_curve_seconds"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default();
-            (label, times)
+            let label = format!("{} N={}", operator(r), r.objects);
+            (label, r.create.ready_curve_seconds.clone())
         })
         .collect();
     let max_t = curves
@@ -413,6 +413,7 @@ fn svg(runs: &[Value]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::tests::SAMPLE;
     use super::*;
     use serde_json::json;
 
@@ -424,14 +425,45 @@ mod tests {
     }
 
     #[test]
-    fn svg_has_one_line_per_run() {
-        let runs = vec![
-            json!({"operator": "podset", "objects": 2, "create": {"ready_curve_seconds": [1.0, 2.5]}}),
-            json!({"operator": "a<b", "objects": 1, "create": {"ready_curve_seconds": []}}),
+    fn svg_has_one_line_per_run() -> Result<()> {
+        let runs: Vec<RunRecord> = vec![
+            serde_json::from_value(
+                json!({"operator": "podset", "objects": 2, "create": {"ready_curve_seconds": [1.0, 2.5]}}),
+            )?,
+            serde_json::from_value(
+                json!({"operator": "a<b", "objects": 1, "create": {"ready_curve_seconds": []}}),
+            )?,
         ];
         let s = svg(&runs);
         assert_eq!(s.matches("<polyline").count(), 2);
         assert!(s.contains("a&lt;b N=1"));
         assert!(s.trim_end().ends_with("</svg>"));
+        Ok(())
+    }
+
+    #[test]
+    fn rows_of_a_recorded_run() -> Result<()> {
+        let run: RunRecord = serde_json::from_str(SAMPLE)?;
+        let older = RunRecord {
+            restart: None,
+            ..run.clone()
+        };
+        let md = markdown(&[run.clone(), older]);
+        let rows = [
+            "| podset (+5000 stranger pods) | 10 | 30 | 7 (1) | 21 | 14.6 (2.9) | 5 | 4.321 | 1.5 | 3.0 | 7.0 | 7.0 (7) | 0 | 0 (10) | 1.0 (0) | 123.5 | 2.0 | 1.5 | 1.234 |",
+            "| podset (+5000 stranger pods) | 10 | 30 | 7 (1) | 21 | 14.6 (2.9) | 5 | 4.321 | 1.5 | 3.0 | 7.0 | 7.0 (7) | 0 | 0 (10) | - (-) | 123.5 | 2.0 | 1.5 | 1.234 |",
+            "| podset-10 + 5000 stranger pods | met (7) | n/a (21) | met | met | met (7 vs 7) |",
+            "| podset-10 + 5000 stranger pods | list podsets: 1, watch podsets: 1 | create events: 20, create pods: 30, patch podsets/status: 20 | - | create pods: 3, delete pods: 10 | - |",
+            "Runs recorded on: 2 CPUs, 8.0 GiB, Test CPU.",
+            "| run | idle RSS <= 10 MiB | peak RSS <= 40 MiB (1,000 PodSets x 3) | 0 extra pods | 0 quiet writes | writes/obj close to the minimum |",
+        ];
+        for row in rows {
+            assert!(md.lines().any(|l| l == row), "no row {row} in\n{md}");
+        }
+        assert_eq!(
+            one_line(&run),
+            "    podset-10 + 5000 stranger pods: idle 7 MiB, peak 21 MiB, all Ready 4.321s (p50 1.5s, p99 3.0s), 7.0 requests/object, 0 extra pods, 0 quiet writes, CPU 1.234s"
+        );
+        Ok(())
     }
 }

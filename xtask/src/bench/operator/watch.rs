@@ -1,6 +1,17 @@
 //! What the bench's own watches see: the custom resources and the pods of the bench namespace.
 
-use super::*;
+use super::timing::seconds;
+use anyhow::{Context, Result, ensure};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The custom resources as watched.
 #[derive(Default)]
@@ -42,6 +53,28 @@ impl Objects {
         if ready && observed >= generation {
             self.ready_at.entry((name, generation)).or_insert(now);
         }
+    }
+
+    /// Per-object latencies (`from` -> Ready at the generation in `generations`), sorted.
+    pub(super) fn latencies(
+        &self,
+        names: &[String],
+        from: &HashMap<String, Instant>,
+        generations: &HashMap<String, i64>,
+    ) -> Vec<f64> {
+        let mut all: Vec<f64> = names
+            .iter()
+            .filter_map(|n| {
+                let generation = self.generation.get(n).copied()?;
+                let want = generations.get(n).copied().unwrap_or(1);
+                let ready = (want..=generation)
+                    .filter_map(|g| self.ready_at.get(&(n.clone(), g)))
+                    .min()?;
+                Some(seconds(*from.get(n)?, *ready))
+            })
+            .collect();
+        all.sort_by(f64::total_cmp);
+        all
     }
 
     /// Objects Ready at `generation` (or a later one).
@@ -142,12 +175,11 @@ pub(super) async fn create_strangers(client: &Client, namespace: &str, count: u3
 pub(super) fn spawn_watches(
     client: &Client,
     namespace: &str,
-    op: Operator,
+    resource: &ApiResource,
 ) -> (Arc<Mutex<Objects>>, Arc<Mutex<Pods>>) {
     let objects = Arc::new(Mutex::new(Objects::default()));
     let pods = Arc::new(Mutex::new(Pods::default()));
-    let cr_api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &op.api_resource());
+    let cr_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
     let state = objects.clone();
     tokio::spawn(async move {
         let mut stream = watcher::watcher(cr_api, watcher::Config::default()).boxed();

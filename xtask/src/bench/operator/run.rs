@@ -1,0 +1,184 @@
+//! One run in a fresh namespace: the namespace and what it holds before the
+//! operator starts, the phases in order (the start in `session.rs`, the
+//! others in `phases.rs`), the record assembled from their parts, and the
+//! cleanup.
+
+use super::options::{Operator, OperatorArgs};
+use super::record::{Change, Create, Delete, End, PodCounts, Restart, RunRecord, Startup, Steady};
+use super::session::{Session, Target};
+use super::watch::create_strangers;
+use crate::bench::common::git_commit;
+use crate::bench::machine::Machine;
+use anyhow::{Result, ensure};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Creates a fresh bench namespace, runs every phase in it, deletes it.
+pub(super) async fn bench(
+    args: &OperatorArgs,
+    binary: &Path,
+    admin_kubeconfig: &Path,
+    sa_kubeconfig: &Path,
+) -> Result<RunRecord> {
+    let op = args.operator;
+    let client = xtask::kubeconfig::client_from(admin_kubeconfig).await?;
+    let namespace = format!(
+        "bench-{}-{}-{}",
+        op.name(),
+        args.objects,
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() % 1_000_000)
+    );
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({
+        "metadata": {
+            "name": namespace,
+            "labels": { "bench.rust-operators.dev/operator": op.name() },
+            // Thousands of pods: on the simulated nodes.
+            "annotations": xtask::simulated::annotations_json(),
+        }
+    }))?;
+    ns_api.create(&PostParams::default(), &ns).await?;
+    println!("    namespace {namespace}");
+    let target = Target {
+        args,
+        binary,
+        sa_kubeconfig,
+        client: &client,
+        namespace: &namespace,
+    };
+    let result = run_phases(&target).await;
+    cleanup(&client, op, &namespace).await;
+    result
+}
+
+/// Every phase, in order; the record they fill.
+async fn run_phases(target: &Target<'_>) -> Result<RunRecord> {
+    wait_for_default_service_account(target.client, target.namespace).await?;
+    create_strangers(target.client, target.namespace, target.args.stranger_pods).await?;
+    let (mut run, startup) = Session::start(target).await?;
+    let create = run.create().await?;
+    let (steady, pods) = run.quiet_window().await?;
+    let restart = run.restart(&steady).await?;
+    let (change, created_by_change) = run.change(pods.ever_seen_before_change).await?;
+    let (delete, end) = run.delete().await?;
+    Ok(assemble(
+        &run,
+        Phases {
+            startup,
+            create,
+            pods: PodCounts {
+                created_by_change,
+                ..pods
+            },
+            steady,
+            restart,
+            change,
+            delete,
+            end,
+        },
+    ))
+}
+
+/// Deletes the bench namespace. Objects with a finalizer whose operator has
+/// stopped would keep it `Terminating` forever, so they lose their
+/// finalizers first.
+async fn cleanup(client: &Client, op: Operator, namespace: &str) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &op.api_resource());
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    if let Ok(left) = api.list_metadata(&ListParams::default()).await {
+        for obj in left.items {
+            if !obj.finalizers().is_empty() {
+                let _ = api
+                    .patch(
+                        &obj.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+                    )
+                    .await;
+            }
+        }
+    }
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let _ = ns_api.delete(namespace, &DeleteParams::default()).await;
+}
+
+/// Pods need the namespace's default ServiceAccount: up to 30 s for it.
+async fn wait_for_default_service_account(client: &Client, namespace: &str) -> Result<()> {
+    let sa_api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sa_api.get_opt("default").await?.is_none() {
+        ensure!(
+            Instant::now() < deadline,
+            "no default ServiceAccount in {namespace}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Every phase's part of the record.
+struct Phases {
+    startup: Startup,
+    create: Create,
+    pods: PodCounts,
+    steady: Steady,
+    restart: Restart,
+    change: Change,
+    delete: Delete,
+    end: End,
+}
+
+/// The record of the run from its phases.
+fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
+    let (op, n, args) = (run.op, run.n, run.target.args);
+    let Phases {
+        startup,
+        create,
+        pods,
+        steady,
+        restart,
+        change,
+        delete,
+        end,
+    } = phases;
+    // What the objects cost: converged RSS above idle, per object.
+    let kib_per_object =
+        steady.rss_kib.saturating_sub(startup.idle_rss_kib) as f64 / f64::from(n.max(1));
+    RunRecord {
+        benchmark: "operator".to_owned(),
+        operator: op.name().to_owned(),
+        binary: op.crate_name().to_owned(),
+        build: "release, static (the image's binary)".to_owned(),
+        objects: n,
+        replicas: args.replicas,
+        stranger_pods: args.stranger_pods,
+        pods_per_object: op.pods_per_object(args.replicas),
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        git_commit: git_commit(),
+        machine: Machine::probe(),
+        operator_env: args.env.clone(),
+        request_counting: "client side: kube-rs `requesting` debug events (RUST_LOG=info,kube_client::client::builder=debug)".to_owned(),
+        minimum_writes_per_object: op.minimum_writes(args.replicas),
+        startup,
+        create,
+        pods,
+        steady,
+        restart: Some(restart),
+        change,
+        delete,
+        end,
+        kib_per_object,
+    }
+}
