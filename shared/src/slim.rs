@@ -16,25 +16,79 @@
 //! Deployment; a reconcile parses it back into the full type ([`Slim::full`]) when it needs
 //! it, which costs less than the clone it made before.
 
-use std::{borrow::Cow, fmt, marker::PhantomData};
+use std::{borrow::Cow, collections::BTreeMap, fmt, marker::PhantomData};
 
 use k8s_openapi::{
     NamespaceResourceScope,
     api::core::v1::Pod,
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
 use kube::Resource;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::value::RawValue;
 
-/// A Pod as the operators cache it: its metadata (`managedFields` are dropped by the
-/// reflector), `status.phase` and the type and status of each condition. Watched and listed
-/// as the `v1` `pods` resource; every other field of the API object is skipped while
-/// parsing.
+/// `metadata` without `managedFields`: [`lean_meta`] parses into it, and the JSON of the
+/// managed fields (often the larger part of an object's metadata, and a tree of maps once
+/// parsed) is skipped over without being built.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct LeanMeta {
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+impl From<LeanMeta> for ObjectMeta {
+    fn from(m: LeanMeta) -> Self {
+        ObjectMeta {
+            annotations: m.annotations,
+            creation_timestamp: m.creation_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            deletion_timestamp: m.deletion_timestamp,
+            finalizers: m.finalizers,
+            generate_name: m.generate_name,
+            generation: m.generation,
+            labels: m.labels,
+            managed_fields: None,
+            name: m.name,
+            namespace: m.namespace,
+            owner_references: m.owner_references,
+            resource_version: m.resource_version,
+            self_link: m.self_link,
+            uid: m.uid,
+        }
+    }
+}
+
+/// Deserializes `metadata` as an [`ObjectMeta`] without its `managedFields`, which no
+/// reconcile reads (`#[serde(deserialize_with = "shared::slim::lean_meta")]`).
+///
+/// # Errors
+/// The deserializer's, when `metadata` is not an object meta.
+pub fn lean_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    Ok(Option::<LeanMeta>::deserialize(d)?
+        .unwrap_or_default()
+        .into())
+}
+
+/// A Pod as the operators cache it: its metadata without `managedFields`, `status.phase`
+/// and the type and status of each condition. Watched and listed as the `v1` `pods`
+/// resource; every other field of the API object is skipped while parsing.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct SlimPod {
     /// The pod's metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lean_meta")]
     pub metadata: ObjectMeta,
     /// `status.phase` and `status.conditions`, when the pod has a status.
     #[serde(default)]
@@ -150,8 +204,8 @@ impl Resource for SlimPod {
     }
 }
 
-/// An object of kind `K` as a cache keeps it: the metadata (`managedFields` are dropped by
-/// the reflector) and the JSON text of its `spec` and `status`. Watched and listed as `K`'s
+/// An object of kind `K` as a cache keeps it: the metadata without `managedFields` and the
+/// JSON text of its `spec` and `status`. Watched and listed as `K`'s
 /// resource; [`Slim::full`] gives the object back as `K`.
 pub struct Slim<K> {
     /// The object's metadata.
@@ -196,9 +250,9 @@ struct Parts<M, R> {
 
 impl<'de, K> Deserialize<'de> for Slim<K> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let parts = Parts::<ObjectMeta, Box<RawValue>>::deserialize(d)?;
+        let parts = Parts::<Option<LeanMeta>, Box<RawValue>>::deserialize(d)?;
         Ok(Slim {
-            metadata: parts.metadata,
+            metadata: parts.metadata.unwrap_or_default().into(),
             spec: parts.spec,
             status: parts.status,
             kind: PhantomData,
@@ -316,9 +370,51 @@ mod tests {
     #[test]
     fn matches_the_full_pod_it_comes_from() {
         let full: Pod = serde_json::from_value(running_pod()).unwrap();
-        let mut parsed: SlimPod = serde_json::from_value(running_pod()).unwrap();
-        parsed.metadata.managed_fields = None;
+        let parsed: SlimPod = serde_json::from_value(running_pod()).unwrap();
+        assert_eq!(parsed.metadata.managed_fields, None);
         assert_eq!(SlimPod::from(full), parsed);
+    }
+
+    /// Every field of `ObjectMeta` but `managedFields`, as the API server sends it.
+    fn full_metadata() -> serde_json::Value {
+        serde_json::json!({
+            "annotations": {"a": "1"},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionGracePeriodSeconds": 30,
+            "deletionTimestamp": "2026-01-01T00:01:00Z",
+            "finalizers": ["f"],
+            "generateName": "g-",
+            "generation": 4,
+            "labels": {"app": "x"},
+            "managedFields": [{"manager": "m", "operation": "Apply", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}}}],
+            "name": "n",
+            "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "o1", "controller": true}],
+            "resourceVersion": "42",
+            "selfLink": "/x",
+            "uid": "u1"
+        })
+    }
+
+    #[test]
+    fn lean_metadata_is_the_object_meta_without_managed_fields() {
+        let mut want: ObjectMeta = serde_json::from_value(full_metadata()).unwrap();
+        assert!(want.managed_fields.is_some());
+        want.managed_fields = None;
+        let lean = lean_meta(full_metadata()).unwrap();
+        assert_eq!(lean, want);
+        // Every field of `ObjectMeta` is set above, so a field `LeanMeta` missed shows here.
+        let all = serde_json::to_value(&want).unwrap();
+        let without_managed = full_metadata().as_object().unwrap().len() - 1;
+        assert_eq!(all.as_object().unwrap().len(), without_managed);
+        assert_eq!(
+            lean_meta(serde_json::Value::Null).unwrap(),
+            ObjectMeta::default()
+        );
+        let slim: Slim<k8s_openapi::api::apps::v1::Deployment> =
+            serde_json::from_value(serde_json::json!({"metadata": full_metadata()})).unwrap();
+        assert_eq!(slim.metadata, want);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 use memcached_operator::{Memcached, OPERATOR, reconcile};
 use shared::{Cli, Command};
 
-#[tokio::main]
+// One thread: an operator's work comes in small pieces (watch events, short reconciles)
+// that one core keeps up with; a pool of workers spent CPU waking each other to hand them on.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_for(OPERATOR.name);
     match cli.subcommand() {
