@@ -13,18 +13,17 @@ use kube::{
         controller::{self, Action},
     },
 };
-use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use crate::{
     backoff::{Debounce, ErrorBackoff, Gate},
-    cli::RunArgs,
+    cli::{Cli, Command, RunArgs},
     error::{Error, ReconcileError},
     events::Events,
     health::{self, Readiness},
-    leader::{self, Elector, LeaderConfig},
+    leader::{self, Elector, LeaderConfig, Leadership},
     metrics::{Metrics, ReconcileResult},
-    namespaces::{self, Scope, ScopeStatus, WatchNamespaces},
+    namespaces::{self, Scope, ScopeStatus, WatchNamespaces, Watched},
     rate_limit::ClientRateLimit,
 };
 
@@ -75,6 +74,37 @@ impl Operator {
         Ok(())
     }
 
+    /// The whole of an operator binary's `main`: parses the command line, then prints the
+    /// CRD of `K` (`crd`) or runs the operator ([`Operator::run`], the default). The
+    /// environment variable `image_env` (the workload image, if set) is handed to
+    /// `make_context` with the [`Toolkit`].
+    ///
+    /// # Errors
+    /// As [`Operator::print_crd`] and [`Operator::run`].
+    pub async fn main<K, Ctx, E, Fut>(
+        self,
+        image_env: &str,
+        make_context: impl FnOnce(Toolkit, Option<String>) -> Ctx,
+        build: impl Fn(&Scope, &Ctx) -> Controller<K>,
+        reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
+    ) -> Result<(), Error>
+    where
+        K: Watched + CustomResourceExt,
+        Ctx: Send + Sync + 'static,
+        E: ReconcileError,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        let cli = Cli::parse_for(self.name);
+        match cli.subcommand() {
+            Command::Crd => self.print_crd::<K>(),
+            Command::Run => {
+                let image = std::env::var(image_env).ok();
+                let make_context = |toolkit| make_context(toolkit, image);
+                self.run(cli.run, make_context, build, reconcile).await
+            }
+        }
+    }
+
     /// Runs the operator until SIGTERM/SIGINT (returns `Ok`) or a fatal error (leadership
     /// lost, startup failure). Logging is initialised here.
     ///
@@ -93,14 +123,7 @@ impl Operator {
         reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
     ) -> Result<(), Error>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + CustomResourceExt
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched + CustomResourceExt,
         Ctx: Send + Sync + 'static,
         E: ReconcileError,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
@@ -117,158 +140,268 @@ impl Operator {
         health::serve_from_args(&args, &client, metrics.clone(), ready.clone()).await?;
         let shutdown = shutdown_on_signal();
 
-        let mut leadership = None;
+        let mut held = None;
         if args.leader_elect {
-            let config = LeaderConfig {
-                lease_name: args.leader_election_id(self.name),
-                namespace: args.leader_election_namespace(),
-                identity: leader::default_identity(),
-                lease_duration: args.lease_duration,
-                renew_deadline: args.renew_deadline,
-                retry_period: args.retry_period,
+            let candidate = Candidate {
+                metrics: &metrics,
+                ready: &ready,
+                kube_config,
+                limit,
             };
-            tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for leadership");
-            metrics.set_leader(&config.lease_name, false);
-            // A standby replica is ready: it serves its purpose by waiting.
-            ready.set(true);
-            let lease_name = config.lease_name.clone();
-            // A client and token bucket of its own, as controller-runtime gives leader election
-            // its own clientset: renewals never queue behind the reconciles' requests.
-            let leader_client = connect(&metrics, kube_config, limit)?;
-            let mut elector = Elector::new(leader_client, args.leader_election_mode, config);
-            tokio::select! {
-                () = elector.acquire() => {}
-                () = shutdown.clone() => {
+            match self.win_leadership(&args, candidate, &shutdown).await? {
+                Some(lease) => held = Some(lease),
+                None => {
                     tracing::info!("shutting down before becoming leader");
                     return Ok(());
                 }
             }
-            metrics.set_leader(&lease_name, true);
-            ready.set(false);
-            leadership = Some((elector.keep_leading(), lease_name));
         }
 
-        let toolkit = Toolkit {
-            client: client.clone(),
-            events: Events::new(client.clone(), self.name),
-            metrics: metrics.clone(),
-            operator: self,
-            watch_namespaces: args.watch_namespace.clone(),
-        };
+        let toolkit = self.toolkit(&client, &metrics, &args.watch_namespace);
         let ctx = Arc::new(make_context(toolkit));
-        let backoff = Arc::new(ErrorBackoff::default());
-        // `--reconcile-debounce` is applied here, not by kube's `Config::debounce`: kube's
-        // is a plain trailing debounce (every trigger pushes the object's deadline back by
-        // the debounce again), so a child event every 200 ms with a 500 ms debounce would
-        // postpone the reconcile for as long as the events keep coming. kube runs with no
-        // debounce instead, and the reconcile wrapper below asks [`Debounce`] first: a
-        // deferred trigger returns a requeue after the remaining quiet time (kube keeps one
-        // pending time per object, so the latest trigger wins), and an object waits at most
-        // MAX_DEBOUNCE_WAIT after its first deferred trigger.
-        let debounce = Arc::new(Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT));
+        let guard = Arc::new(Guard {
+            controller: self.controller,
+            metrics: metrics.clone(),
+            backoff: ErrorBackoff::default(),
+            debounce: Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT),
+            reconcile,
+        });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
+        let all = start_controllers(&args, &client, &ctx, build, &guard, &ready, &shutdown);
+        tracing::info!(controller = self.controller, "controllers started");
 
-        let controller_name = self.controller;
-        // No reconcile of an object before every watch of its own scope (primary and
-        // children) has its first full list: kube's Controller only waits for the primary
-        // store, and a reconcile that sees the children's cache still empty would, after a
-        // restart, create children that already exist. Each scope waits for its own watches
-        // only, so a namespace whose watches fail (its RoleBinding removed, say) does not
-        // hold back the others: it is logged, retried by the watcher's backoff, and named
-        // in the `/readyz` body.
-        let (m, b, d) = (metrics.clone(), backoff.clone(), debounce.clone());
-        let wrapper = move |scope_status: tokio::sync::watch::Receiver<ScopeStatus>| {
-            let (m, b, d) = (m.clone(), b.clone(), d.clone());
-            move |obj: Arc<K>, ctx: Arc<Ctx>| {
-                let (metrics, backoff, debounce) = (m.clone(), b.clone(), d.clone());
-                let mut synced = scope_status.clone();
-                let key = object_key(obj.as_ref());
-                let span =
-                    tracing::info_span!("reconcile", controller = controller_name, object = %key);
-                async move {
-                    let queued = metrics.queued(controller_name);
-                    // An error means the runner is shutting down; the reconcile then runs on
-                    // whatever the caches hold, as before.
-                    let _ = synced.wait_for(ScopeStatus::synced).await;
-                    // tokio's clock (the same as std's outside paused-time tests).
-                    let now = tokio::time::Instant::now().into_std();
-                    if let Gate::Wait(wait) = debounce.check(&key, now) {
-                        return Ok(Action::requeue(wait));
-                    }
-                    let _worker = queued.start();
-                    guarded_reconcile(
-                        controller_name,
-                        &key,
-                        &metrics,
-                        &backoff,
-                        reconcile(obj, ctx),
-                    )
-                    .await
-                }
-                .instrument(span)
-            }
-        };
-        // For objects found deleted (see `ObjectNotFound` below).
-        let (gone_backoff, gone_debounce) = (backoff.clone(), debounce.clone());
-        let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Ctx>| {
-            let key = object_key(obj.as_ref());
-            let wait = backoff.failed(&key);
-            tracing::warn!(controller = controller_name, object = %key, %error, kind = error.metric_label(), retry_in = ?wait, "reconcile failed");
-            Action::requeue(wait)
-        };
-
-        let mut runs = Vec::new();
-        let mut statuses = Vec::new();
-        for namespace in args.watch_namespace.scopes() {
-            let scope =
-                Scope::new(client.clone(), namespace).with_streaming_lists(args.streaming_lists);
-            let controller = build(&scope, &ctx);
-            let status = scope.status();
-            let run = controller
-                .with_config(
-                    controller::Config::default()
-                        .concurrency(args.max_concurrent_reconciles)
-                        // See `debounce` above.
-                        .debounce(std::time::Duration::ZERO),
-                )
-                .graceful_shutdown_on(shutdown.clone())
-                .run(wrapper(status.clone()), error_policy.clone(), ctx.clone())
-                .for_each({
-                    let (backoff, debounce) = (gone_backoff.clone(), gone_debounce.clone());
-                    move |res| {
-                        on_controller_result(controller_name, res, &backoff, &debounce);
-                        std::future::ready(())
-                    }
-                });
-            statuses.push(status);
-            runs.push(run);
-        }
-        tokio::spawn(report_readiness(statuses, ready.clone()));
-        tracing::info!(controller = controller_name, "controllers started");
-
-        let all = futures::future::join_all(runs);
-        match leadership {
-            None => {
-                all.await;
-            }
-            Some((mut leadership, lease_name)) => {
-                tokio::select! {
-                    _ = all => {
-                        leadership.release().await;
-                        metrics.set_leader(&lease_name, false);
-                    }
-                    reason = leadership.lost() => {
-                        // Stop reconciling at once: dropping `all` cancels the controllers.
-                        metrics.set_leader(&lease_name, false);
-                        tracing::error!(%reason, "leader election lost; stopping");
-                        return Err(Error::LeadershipLost(reason));
-                    }
-                }
-            }
+        match held {
+            None => all.await,
+            Some(lease) => lead_until_done(all, lease, &metrics).await?,
         }
         tracing::info!("shut down cleanly");
         Ok(())
     }
+
+    /// What the runner hands `make_context`: the client, an event publisher reporting as
+    /// this operator, the metrics and the watched namespaces.
+    fn toolkit(self, client: &Client, metrics: &Metrics, watch: &WatchNamespaces) -> Toolkit {
+        Toolkit {
+            client: client.clone(),
+            events: Events::new(client.clone(), self.name),
+            metrics: metrics.clone(),
+            operator: self,
+            watch_namespaces: watch.clone(),
+        }
+    }
+
+    /// Waits for this replica to win leader election (`--leader-elect`), ready meanwhile
+    /// (a standby replica serves its purpose by waiting). `None` when a shutdown signal
+    /// came first.
+    ///
+    /// # Errors
+    /// When the client of its own cannot be built.
+    async fn win_leadership(
+        self,
+        args: &RunArgs,
+        candidate: Candidate<'_>,
+        shutdown: &ShutdownSignal,
+    ) -> Result<Option<HeldLease>, Error> {
+        let Candidate {
+            metrics,
+            ready,
+            kube_config,
+            limit,
+        } = candidate;
+        let config = LeaderConfig {
+            lease_name: args.leader_election_id(self.name),
+            namespace: args.leader_election_namespace(),
+            identity: leader::default_identity(),
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+        };
+        tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for leadership");
+        metrics.set_leader(&config.lease_name, false);
+        // A standby replica is ready: it serves its purpose by waiting.
+        ready.set(true);
+        let lease_name = config.lease_name.clone();
+        // A client and token bucket of its own, as controller-runtime gives leader election
+        // its own clientset: renewals never queue behind the reconciles' requests.
+        let leader_client = connect(metrics, kube_config, limit)?;
+        let mut elector = Elector::new(leader_client, args.leader_election_mode, config);
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = shutdown.clone() => return Ok(None),
+        }
+        metrics.set_leader(&lease_name, true);
+        ready.set(false);
+        Ok(Some(HeldLease {
+            leadership: elector.keep_leading(),
+            lease_name,
+        }))
+    }
+}
+
+/// What a candidate for leadership needs besides the flags: the metrics and `/readyz` it
+/// reports to, and what it builds its own client from.
+struct Candidate<'a> {
+    metrics: &'a Metrics,
+    ready: &'a Readiness,
+    kube_config: kube::Config,
+    limit: ClientRateLimit,
+}
+
+/// Leadership won, with the name of its lease (the `leader_election_master_status` label).
+struct HeldLease {
+    leadership: Leadership,
+    lease_name: String,
+}
+
+/// Runs the controllers (`all`) while holding `lease`: on a clean shutdown the lease is
+/// released so a successor takes over at once.
+///
+/// # Errors
+/// [`Error::LeadershipLost`] when the lease is lost: the controllers are stopped at once.
+async fn lead_until_done(
+    all: impl Future<Output = ()>,
+    lease: HeldLease,
+    metrics: &Metrics,
+) -> Result<(), Error> {
+    let HeldLease {
+        mut leadership,
+        lease_name,
+    } = lease;
+    tokio::select! {
+        () = all => {
+            leadership.release().await;
+            metrics.set_leader(&lease_name, false);
+            Ok(())
+        }
+        reason = leadership.lost() => {
+            // Stop reconciling at once: dropping `all` cancels the controllers.
+            metrics.set_leader(&lease_name, false);
+            tracing::error!(%reason, "leader election lost; stopping");
+            Err(Error::LeadershipLost(reason))
+        }
+    }
+}
+
+/// The operator's reconcile as the controllers call it, with what surrounds each call:
+/// metrics, a log span, the bounded debounce and the per-object error backoff.
+struct Guard<K, Ctx, Fut> {
+    /// The `controller` label of metrics and logs.
+    controller: &'static str,
+    metrics: Metrics,
+    backoff: ErrorBackoff,
+    /// `--reconcile-debounce`, applied here rather than by kube's `Config::debounce`:
+    /// kube's is a plain trailing debounce (every trigger pushes the object's deadline back
+    /// by the debounce again), so a child event every 200 ms with a 500 ms debounce would
+    /// postpone the reconcile for as long as the events keep coming. kube runs with no
+    /// debounce instead, and [`Guard::reconcile`] asks [`Debounce`] first: a deferred
+    /// trigger returns a requeue after the remaining quiet time (kube keeps one pending
+    /// time per object, so the latest trigger wins), and an object waits at most
+    /// `MAX_DEBOUNCE_WAIT` after its first deferred trigger.
+    debounce: Debounce,
+    reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
+}
+
+impl<K: Resource, Ctx, Fut> Guard<K, Ctx, Fut> {
+    /// Reconciles `obj` once every watch of its scope (`synced`) has its first full list:
+    /// kube's Controller only waits for the primary store, and a reconcile that sees the
+    /// children's cache still empty would, after a restart, create children that already
+    /// exist. Each scope waits for its own watches only, so a namespace whose watches fail
+    /// (its RoleBinding removed, say) does not hold back the others: it is logged, retried
+    /// by the watcher's backoff, and named in the `/readyz` body.
+    fn reconcile<E>(
+        self: Arc<Self>,
+        mut synced: tokio::sync::watch::Receiver<ScopeStatus>,
+        obj: Arc<K>,
+        ctx: Arc<Ctx>,
+    ) -> impl Future<Output = Result<Action, E>>
+    where
+        Fut: Future<Output = Result<Action, E>>,
+    {
+        let controller = self.controller;
+        let key = object_key(obj.as_ref());
+        let span = tracing::info_span!("reconcile", controller, object = %key);
+        async move {
+            let queued = self.metrics.queued(controller);
+            // An error means the runner is shutting down; the reconcile then runs on
+            // whatever the caches hold, as before.
+            let _ = synced.wait_for(ScopeStatus::synced).await;
+            // tokio's clock (the same as std's outside paused-time tests).
+            let now = tokio::time::Instant::now().into_std();
+            if let Gate::Wait(wait) = self.debounce.check(&key, now) {
+                return Ok(Action::requeue(wait));
+            }
+            let _worker = queued.start();
+            let reconcile = (self.reconcile)(obj, ctx);
+            guarded_reconcile(controller, &key, &self.metrics, &self.backoff, reconcile).await
+        }
+        .instrument(span)
+    }
+
+    /// The error policy: logs the failure and retries the object after its backoff.
+    fn error_policy<E: ReconcileError>(&self, obj: &K, error: &E) -> Action {
+        let key = object_key(obj);
+        let wait = self.backoff.failed(&key);
+        tracing::warn!(controller = self.controller, object = %key, %error, kind = error.metric_label(), retry_in = ?wait, "reconcile failed");
+        Action::requeue(wait)
+    }
+}
+
+/// Starts one controller per watched scope (`build` makes each), every one reconciling
+/// through `guard`, and the task that keeps `/readyz` in step with their watches. The
+/// returned future ends when every controller has shut down.
+fn start_controllers<K, Ctx, E, Fut, B>(
+    args: &RunArgs,
+    client: &Client,
+    ctx: &Arc<Ctx>,
+    build: B,
+    guard: &Arc<Guard<K, Ctx, Fut>>,
+    ready: &Readiness,
+    shutdown: &ShutdownSignal,
+) -> impl Future<Output = ()> + use<K, Ctx, E, Fut, B>
+where
+    K: Watched,
+    Ctx: Send + Sync + 'static,
+    E: ReconcileError,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    B: Fn(&Scope, &Ctx) -> Controller<K>,
+{
+    let mut runs = Vec::new();
+    let mut statuses = Vec::new();
+    for namespace in args.watch_namespace.scopes() {
+        let scope =
+            Scope::new(client.clone(), namespace).with_streaming_lists(args.streaming_lists);
+        let controller = build(&scope, ctx);
+        let status = scope.status();
+        let reconciler = {
+            let (guard, status) = (guard.clone(), status.clone());
+            move |obj, ctx| guard.clone().reconcile(status.clone(), obj, ctx)
+        };
+        let error_policy = {
+            let guard = guard.clone();
+            move |obj: Arc<K>, error: &E, _ctx: Arc<Ctx>| guard.error_policy(obj.as_ref(), error)
+        };
+        let results = {
+            let guard = guard.clone();
+            move |res| {
+                on_controller_result(guard.controller, res, &guard.backoff, &guard.debounce);
+                std::future::ready(())
+            }
+        };
+        let run = controller
+            .with_config(
+                controller::Config::default()
+                    .concurrency(args.max_concurrent_reconciles)
+                    // See `Guard::debounce`.
+                    .debounce(std::time::Duration::ZERO),
+            )
+            .graceful_shutdown_on(shutdown.clone())
+            .run(reconciler, error_policy, ctx.clone())
+            .for_each(results);
+        statuses.push(status);
+        runs.push(run);
+    }
+    tokio::spawn(report_readiness(statuses, ready.clone()));
+    futures::future::join_all(runs).map(|_| ())
 }
 
 /// The CRD of `K` as YAML.
@@ -430,11 +563,7 @@ async fn check_crd_installed<K>(
     operator: &str,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + CustomResourceExt
-        + Clone
-        + DeserializeOwned
-        + Debug,
+    K: Watched + CustomResourceExt,
 {
     // Asked in each watched namespace until one answers: a namespace this operator may
     // not read (its RoleBinding gone) must not stop it from serving the others.

@@ -1,24 +1,13 @@
-//! The `lolcow-operator` binary: wiring only.
+//! The `lolcow-operator` binary: wiring only (the command line is `shared`'s).
 
-use lolcow_operator::{Lolcow, OPERATOR, reconcile};
-use shared::{Cli, Command};
+use lolcow_operator::{
+    OPERATOR,
+    reconcile::{Context, controller, reconcile},
+};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse_for(OPERATOR.name);
-    match cli.subcommand() {
-        Command::Crd => OPERATOR.print_crd::<Lolcow>()?,
-        Command::Run => {
-            let image = std::env::var("LOLCOW_IMAGE").ok();
-            OPERATOR
-                .run(
-                    cli.run,
-                    |toolkit| reconcile::Context::new(toolkit, image),
-                    reconcile::controller,
-                    reconcile::reconcile,
-                )
-                .await?;
-        }
-    }
-    Ok(())
+    Ok(OPERATOR
+        .main("LOLCOW_IMAGE", Context::new, controller, reconcile)
+        .await?)
 }

@@ -1,24 +1,13 @@
-//! The `memcached-operator` binary: wiring only.
+//! The `memcached-operator` binary: wiring only (the command line is `shared`'s).
 
-use memcached_operator::{Memcached, OPERATOR, reconcile};
-use shared::{Cli, Command};
+use memcached_operator::{
+    OPERATOR,
+    reconcile::{Context, controller, reconcile},
+};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse_for(OPERATOR.name);
-    match cli.subcommand() {
-        Command::Crd => OPERATOR.print_crd::<Memcached>()?,
-        Command::Run => {
-            let image = std::env::var("MEMCACHED_IMAGE").ok();
-            OPERATOR
-                .run(
-                    cli.run,
-                    |toolkit| reconcile::Context::new(toolkit, image),
-                    reconcile::controller,
-                    reconcile::reconcile,
-                )
-                .await?;
-        }
-    }
-    Ok(())
+    Ok(OPERATOR
+        .main("MEMCACHED_IMAGE", Context::new, controller, reconcile)
+        .await?)
 }

@@ -1,24 +1,13 @@
-//! The `pulsar-consumer-operator` binary: wiring only.
+//! The `pulsar-consumer-operator` binary: wiring only (the command line is `shared`'s).
 
-use pulsar_consumer_operator::{OPERATOR, PulsarConsumer, reconcile};
-use shared::{Cli, Command};
+use pulsar_consumer_operator::{
+    OPERATOR,
+    reconcile::{Context, IMAGE_ENV, controller, reconcile},
+};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse_for(OPERATOR.name);
-    match cli.subcommand() {
-        Command::Crd => OPERATOR.print_crd::<PulsarConsumer>()?,
-        Command::Run => {
-            let image = std::env::var(reconcile::IMAGE_ENV).ok();
-            OPERATOR
-                .run(
-                    cli.run,
-                    |toolkit| reconcile::Context::new(toolkit, image),
-                    reconcile::controller,
-                    reconcile::reconcile,
-                )
-                .await?;
-        }
-    }
-    Ok(())
+    Ok(OPERATOR
+        .main(IMAGE_ENV, Context::new, controller, reconcile)
+        .await?)
 }
