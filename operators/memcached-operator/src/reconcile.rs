@@ -28,7 +28,6 @@ use shared::{
     namespaces::ScopedStores,
     ownership::{Claim, claim},
     slim::{Slim, SlimPod},
-    status::publish_status,
 };
 
 use crate::{
@@ -332,14 +331,9 @@ async fn update_status(
         .collect();
     let pods: Vec<&SlimPod> = pods.into_iter().map(AsRef::as_ref).collect();
     let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
-    publish_status(
-        &Api::namespaced(ctx.toolkit.client.clone(), ns),
-        &ctx.toolkit.events,
-        mc,
-        &new_status,
-        announced,
-    )
-    .await?;
+    ctx.toolkit
+        .publish_status(mc, &new_status, announced)
+        .await?;
     Ok(())
 }
 

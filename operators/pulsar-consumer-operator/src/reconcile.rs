@@ -20,7 +20,6 @@ use shared::{
     conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
-    status::publish_status,
 };
 
 use crate::{
@@ -178,14 +177,9 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         pc.metadata.generation,
         now,
     );
-    publish_status(
-        &Api::namespaced(client, &ns),
-        &ctx.toolkit.events,
-        pc.as_ref(),
-        &new_status,
-        &status::ANNOUNCED,
-    )
-    .await?;
+    ctx.toolkit
+        .publish_status(pc.as_ref(), &new_status, &status::ANNOUNCED)
+        .await?;
     if let Some((s, from)) = &scaling
         && s.decision.replicas != *from
         && problem.is_none()
