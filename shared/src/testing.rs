@@ -14,6 +14,7 @@ use std::{
 };
 
 pub use axum::http;
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 use kube::{Client, client::Body, core::Status};
 use serde_json::Value;
 
@@ -200,4 +201,18 @@ pub fn events(api: &Scripted) -> Vec<(String, String)> {
         })
         .map(|s| (text(&s.body["type"]), text(&s.body["reason"])))
         .collect()
+}
+
+/// The status of a pod in `phase` whose `Ready` condition is `ready`.
+#[must_use]
+pub fn pod_status(phase: &str, ready: bool) -> PodStatus {
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    }
 }

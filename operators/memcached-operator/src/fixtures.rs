@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::{
     api::{
         apps::v1::{Deployment, DeploymentStatus},
-        core::v1::{Pod, PodCondition, PodStatus},
+        core::v1::Pod,
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
 
-use shared::slim::SlimPod;
+use shared::{slim::SlimPod, testing::pod_status};
 
 use crate::{
     api::{Memcached, MemcachedSpec},
@@ -66,15 +66,7 @@ pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> SlimPod {
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+        status: Some(pod_status("Running", ready)),
     }
     .into()
 }

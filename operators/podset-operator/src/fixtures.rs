@@ -1,9 +1,9 @@
 //! Test fixtures shared by the unit tests of several modules.
 #![allow(clippy::unwrap_used)]
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use shared::slim::SlimPod;
+use shared::{slim::SlimPod, testing::pod_status};
 
 /// A pod named `name` in `phase` whose `Ready` condition is `ready`, as the cache holds it.
 pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
@@ -13,15 +13,7 @@ pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(PodStatus {
-            phase: Some(phase.into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+        status: Some(pod_status(phase, ready)),
     }
     .into()
 }
