@@ -17,6 +17,7 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::runtime::watcher;
@@ -405,6 +406,23 @@ where
 {
     let obj: K = serde_json::from_value(manifest)?;
     Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
+}
+
+/// The events (`events.k8s.io/v1`) in `ns` that `keep` keeps, in the order listed.
+pub async fn events_where(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> Result<Vec<Event>> {
+    Ok(ns
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| keep(e))
+        .collect())
+}
+
+/// Whether event `e` is about the object with `uid`.
+pub fn regards_uid(e: &Event, uid: &str) -> bool {
+    e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid)
 }
 
 /// `kubectl scale <resource>/<name> --replicas=<replicas>` in `ns`: through the scale

@@ -10,8 +10,8 @@ use e2e::kinds::{
 };
 use e2e::operator::{OperatorOptions, OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
-    TIMEOUT, TestNamespace, assert_never_reconciled, can_i, create_from_json, kubectl_ok, wait_for,
-    wait_for_within,
+    TIMEOUT, TestNamespace, assert_never_reconciled, can_i, create_from_json, events_where,
+    kubectl_ok, wait_for, wait_for_within,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -95,18 +95,12 @@ fn reconciles(op: &OperatorProcess) -> Result<f64> {
 }
 
 async fn events_about(ns: &TestNamespace, name: &str) -> Result<Vec<Event>> {
-    Ok(ns
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().is_some_and(|r| {
-                r.kind.as_deref() == Some("Lolcow") && r.name.as_deref() == Some(name)
-            })
-        })
-        .collect())
+    events_where(ns, |e| {
+        e.regarding
+            .as_ref()
+            .is_some_and(|r| r.kind.as_deref() == Some("Lolcow") && r.name.as_deref() == Some(name))
+    })
+    .await
 }
 
 fn warnings(events: &[Event]) -> Vec<&Event> {

@@ -17,7 +17,9 @@ use e2e::pulsar::{
     ConsumerProcess, Received, expected_payloads, payload_counts, produce, shared_broker,
     unique_topic,
 };
-use e2e::{TestNamespace, create_from_json, dynamic_api, poll, repo_root};
+use e2e::{
+    TestNamespace, create_from_json, dynamic_api, events_where, poll, regards_uid, repo_root,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
@@ -200,17 +202,10 @@ async fn wait_scaled(
 
 /// The events about the object with `uid`, with `reason`.
 async fn events(ns: &TestNamespace, uid: &str, reason: &str) -> Result<Vec<Event>> {
-    Ok(ns
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid)
-                && e.reason.as_deref() == Some(reason)
-        })
-        .collect())
+    events_where(ns, |e| {
+        regards_uid(e, uid) && e.reason.as_deref() == Some(reason)
+    })
+    .await
 }
 
 fn autoscaled(name: &str, server: &str, topic: &str, subscription: &str, admin_port: u16) -> Value {
