@@ -75,13 +75,19 @@ impl Operator {
     }
 
     /// The whole of an operator binary's `main`: parses the command line, then prints the
-    /// CRD of `K` (`crd`) or runs the operator ([`Operator::run`], the default). The
-    /// environment variable `image_env` (the workload image, if set) is handed to
-    /// `make_context` with the [`Toolkit`].
+    /// CRD of `K` (`crd`) or runs the operator (`run`, the default) until SIGTERM/SIGINT
+    /// (returns `Ok`) or a fatal error (leadership lost, startup failure). Logging is
+    /// initialised here.
+    ///
+    /// `make_context` builds the reconcile context once, from the [`Toolkit`] and the value
+    /// of the environment variable `image_env` (the workload image, if set); `build` builds
+    /// the `Controller` of one [`Scope`] (called once per watched namespace, or once for
+    /// all); `reconcile` is wrapped with metrics, a log span naming the controller and
+    /// object, and per-object exponential backoff on errors.
     ///
     /// # Errors
-    /// As [`Operator::print_crd`] and [`Operator::run`].
-    pub async fn main<K, Ctx, E, Fut>(
+    /// [`Error`] with a message saying what to do.
+    pub async fn run<K, Ctx, E, Fut>(
         self,
         image_env: &str,
         make_context: impl FnOnce(Toolkit, Option<String>) -> Ctx,
@@ -95,39 +101,11 @@ impl Operator {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let cli = Cli::parse_for(self.name);
-        match cli.subcommand() {
-            Command::Crd => self.print_crd::<K>(),
-            Command::Run => {
-                let image = std::env::var(image_env).ok();
-                let make_context = |toolkit| make_context(toolkit, image);
-                self.run(cli.run, make_context, build, reconcile).await
-            }
-        }
-    }
-
-    /// Runs the operator until SIGTERM/SIGINT (returns `Ok`) or a fatal error (leadership
-    /// lost, startup failure). Logging is initialised here.
-    ///
-    /// `make_context` builds the reconcile context once; `build` builds the `Controller` of
-    /// one [`Scope`] (called once per watched namespace, or once for all); `reconcile` is
-    /// wrapped with metrics, a log span naming the controller and object, and per-object
-    /// exponential backoff on errors.
-    ///
-    /// # Errors
-    /// [`Error`] with a message saying what to do.
-    pub async fn run<K, Ctx, E, Fut>(
-        self,
-        args: RunArgs,
-        make_context: impl FnOnce(Toolkit) -> Ctx,
-        build: impl Fn(&Scope, &Ctx) -> Controller<K>,
-        reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
-    ) -> Result<(), Error>
-    where
-        K: Watched + CustomResourceExt,
-        Ctx: Send + Sync + 'static,
-        E: ReconcileError,
-        Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    {
+        let args = match cli.subcommand() {
+            Command::Crd => return self.print_crd::<K>(),
+            Command::Run => cli.run,
+        };
+        let image = std::env::var(image_env).ok();
         crate::telemetry::init(&args);
         tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
         let metrics = Metrics::new();
@@ -158,7 +136,7 @@ impl Operator {
         }
 
         let toolkit = self.toolkit(&client, &metrics, &args.watch_namespace);
-        let ctx = Arc::new(make_context(toolkit));
+        let ctx = Arc::new(make_context(toolkit, image));
         let guard = Arc::new(Guard {
             controller: self.controller,
             metrics: metrics.clone(),

@@ -8,6 +8,6 @@ use lolcow_operator::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     Ok(OPERATOR
-        .main("LOLCOW_IMAGE", Context::new, controller, reconcile)
+        .run("LOLCOW_IMAGE", Context::new, controller, reconcile)
         .await?)
 }

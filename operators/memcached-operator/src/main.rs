@@ -8,6 +8,6 @@ use memcached_operator::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     Ok(OPERATOR
-        .main("MEMCACHED_IMAGE", Context::new, controller, reconcile)
+        .run("MEMCACHED_IMAGE", Context::new, controller, reconcile)
         .await?)
 }

@@ -8,6 +8,6 @@ use podset_operator::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     Ok(OPERATOR
-        .main("PODSET_IMAGE", Context::new, controller, reconcile)
+        .run("PODSET_IMAGE", Context::new, controller, reconcile)
         .await?)
 }

@@ -8,6 +8,6 @@ use pulsar_consumer_operator::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     Ok(OPERATOR
-        .main(IMAGE_ENV, Context::new, controller, reconcile)
+        .run(IMAGE_ENV, Context::new, controller, reconcile)
         .await?)
 }
