@@ -5,6 +5,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use shared::{slim::SlimPod, testing::pod_status};
 
+use crate::api::{PodSet, PodSetSpec};
+
 /// A pod named `name` in `phase` whose `Ready` condition is `ready`, as the cache holds it.
 pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
     Pod {
@@ -28,4 +30,19 @@ pub(crate) fn pod_created(name: &str, phase: &str, ready: bool, created: i64) ->
 /// Second `s` of the epoch.
 pub(crate) fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(s).unwrap()
+}
+
+/// The PodSet `ns/demo` (UID `uid-1`, generation 3) asking for `replicas` pods.
+pub(crate) fn podset(replicas: i32) -> PodSet {
+    let mut ps = PodSet::new(
+        "demo",
+        PodSetSpec {
+            replicas,
+            image: None,
+        },
+    );
+    ps.metadata.namespace = Some("ns".into());
+    ps.metadata.uid = Some("uid-1".into());
+    ps.metadata.generation = Some(3);
+    ps
 }
