@@ -40,10 +40,7 @@ use crate::{
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-    /// A helper of the common crate failed.
+    /// A Kubernetes API call or a helper of the common crate failed.
     #[error(transparent)]
     Shared(#[from] shared::Error),
     /// The finalizer could not be added or removed, or the step it wraps failed.
@@ -58,7 +55,6 @@ pub enum Error {
 impl shared::ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
             Error::Shared(e) => e.metric_label(),
             Error::Finalizer(e) => match e.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
@@ -68,6 +64,13 @@ impl shared::ReconcileError for Error {
             },
             Error::Children(_) => "children",
         }
+    }
+}
+
+/// A failed Kubernetes API call, as the common crate reports one (`kube`).
+impl From<kube::Error> for Error {
+    fn from(error: kube::Error) -> Self {
+        Error::Shared(error.into())
     }
 }
 
@@ -344,7 +347,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{memcached, mocked_client};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use shared::testing::{Reply, Scripted, events, toolkit};
+    use shared::testing::{Reply, Scripted, assert_events, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
@@ -421,12 +424,9 @@ mod tests {
                     EVENT
                 ]
             );
-            assert_eq!(
-                events(&api),
-                [
-                    ("Normal".to_owned(), "Reconciling".to_owned()),
-                    ("Warning".to_owned(), "ApplyFailed".to_owned())
-                ]
+            assert_events(
+                &api,
+                &[("Normal", "Reconciling"), ("Warning", "ApplyFailed")],
             );
         }
     }
@@ -479,9 +479,6 @@ mod tests {
             format!("PATCH {MEMCACHED}"),
         );
         assert_eq!(api.lines(), [get.as_str(), &status, EVENT, &remove]);
-        assert_eq!(
-            events(&api),
-            [("Normal".to_owned(), "Finalizing".to_owned())]
-        );
+        assert_events(&api, &[("Normal", "Finalizing")]);
     }
 }

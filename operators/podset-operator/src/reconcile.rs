@@ -36,10 +36,7 @@ use crate::{
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-    /// A helper of the common crate failed.
+    /// A Kubernetes API call or a helper of the common crate failed.
     #[error(transparent)]
     Shared(#[from] shared::Error),
     /// Pods could not be created (quota, admission, invalid image name, ...).
@@ -50,10 +47,16 @@ pub enum Error {
 impl shared::ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
             Error::Shared(e) => e.metric_label(),
             Error::CreatePods(_) => "create_pods",
         }
+    }
+}
+
+/// A failed Kubernetes API call, as the common crate reports one (`kube`).
+impl From<kube::Error> for Error {
+    fn from(error: kube::Error) -> Self {
+        Error::Shared(error.into())
     }
 }
 
@@ -468,7 +471,7 @@ mod tests {
     /// Reconcile against a scripted API server: the answers a real cluster rarely gives.
     mod api {
         use super::*;
-        use shared::testing::{Reply, Scripted, events, reconcile_scripted, toolkit};
+        use shared::testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
 
         const STATUS: &str =
             "PATCH /apis/batch.tutorial.kubebuilder.io/v1/namespaces/ns/podsets/ps/status";
@@ -542,12 +545,9 @@ mod tests {
                     .find(|c| c["type"] == "Degraded")
                     .unwrap();
                 assert_eq!(degraded["reason"], "FailedCreate");
-                assert_eq!(
-                    events(&api),
-                    [
-                        ("Normal".to_owned(), "PodsNotReady".to_owned()),
-                        ("Warning".to_owned(), "FailedCreate".to_owned())
-                    ]
+                assert_events(
+                    &api,
+                    &[("Normal", "PodsNotReady"), ("Warning", "FailedCreate")],
                 );
             }
         }

@@ -38,10 +38,7 @@ pub const IMAGE_ENV: &str = "PULSAR_CONSUMER_IMAGE";
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-    /// A helper of the common crate failed.
+    /// A Kubernetes API call or a helper of the common crate failed.
     #[error(transparent)]
     Shared(#[from] shared::Error),
     /// The API server refused the Deployment (quota, admission); reported in the `Ready`
@@ -53,10 +50,16 @@ pub enum Error {
 impl shared::ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
             Error::Shared(e) => e.metric_label(),
             Error::Rejected(_) => "deployment_rejected",
         }
+    }
+}
+
+/// A failed Kubernetes API call, as the common crate reports one (`kube`).
+impl From<kube::Error> for Error {
+    fn from(error: kube::Error) -> Self {
+        Error::Shared(error.into())
     }
 }
 
@@ -379,7 +382,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::consumer;
-    use shared::testing::{Reply, Scripted, events, reconcile_scripted, toolkit};
+    use shared::testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
     const APPLY_DEPLOYMENT: &str =
@@ -418,10 +421,7 @@ mod tests {
                 api.lines(),
                 [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
             );
-            assert_eq!(
-                events(&api),
-                [("Warning".to_owned(), "DeploymentRejected".to_owned())]
-            );
+            assert_events(&api, &[("Warning", "DeploymentRejected")]);
         }
     }
 
@@ -442,10 +442,7 @@ mod tests {
             api.lines(),
             [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
         );
-        assert_eq!(
-            events(&api),
-            [("Normal".to_owned(), "DeploymentMissing".to_owned())]
-        );
+        assert_events(&api, &[("Normal", "DeploymentMissing")]);
     }
 
     #[tokio::test]
