@@ -383,6 +383,14 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let _ = api.delete(name, &DeleteParams::default()).await?;
+    wait_gone(api, name).await
+}
+
+/// Waits (up to [`TIMEOUT`]) until `name` is gone from `api`.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
     wait_for(api, name, |o: Option<&K>| o.is_none()).await?;
     Ok(())
 }
@@ -408,6 +416,29 @@ where
     Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
 }
 
+/// Checks that the payloads in `counts` are exactly those produced (each at
+/// least once) and returns how many deliveries were duplicates.
+pub fn check_all_received(counts: &BTreeMap<String, usize>, expected: &[String]) -> Result<usize> {
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|p| !counts.contains_key(*p))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{} of {} payloads were never received, e.g. {:?}",
+        missing.len(),
+        expected.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    ensure!(
+        counts.len() == expected.len(),
+        "received {} distinct payloads, {} were sent",
+        counts.len(),
+        expected.len()
+    );
+    Ok(counts.values().map(|n| n - 1).sum())
+}
+
 /// The events (`events.k8s.io/v1`) in `ns` that `keep` keeps, in the order listed.
 pub async fn events_where(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> Result<Vec<Event>> {
     Ok(ns
@@ -418,6 +449,19 @@ pub async fn events_where(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> 
         .into_iter()
         .filter(|e| keep(e))
         .collect())
+}
+
+/// Waits (up to [`TIMEOUT`]) until `ns` holds events that `keep` keeps; returns them.
+pub async fn wait_events(
+    ns: &TestNamespace,
+    what: &str,
+    keep: impl Fn(&Event) -> bool,
+) -> Result<Vec<Event>> {
+    poll(what, TIMEOUT, || async {
+        let found = events_where(ns, &keep).await?;
+        Ok((!found.is_empty()).then_some(found))
+    })
+    .await
 }
 
 /// Whether event `e` is about the object with `uid`.

@@ -5,11 +5,10 @@ use e2e::kinds::{MEMCACHED, assert_all_creates_rejected, memcached};
 use e2e::operator::{OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
     TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_scale, poll,
-    wait_for, wait_until,
+    regards_uid, wait_events, wait_for, wait_gone, wait_until,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use memcached_operator::api::Memcached;
 use serde_json::{Value, json};
@@ -267,23 +266,12 @@ async fn memcached_finalizer_flow_and_garbage_collection() -> Result<()> {
 
     let api: Api<Memcached> = ns.api();
     api.delete("gone", &DeleteParams::background()).await?;
-    wait_for(&api, "gone", |mc: Option<&Memcached>| mc.is_none()).await?;
+    wait_gone(&api, "gone").await?;
 
     // One Normal event (a deletion the user asked for is no problem), reason Finalizing,
     // about this Memcached.
-    let events: Api<Event> = ns.api();
-    let finalizing = poll("the Finalizing event", TIMEOUT, || async {
-        let found: Vec<Event> = events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
-                    && e.reason.as_deref() == Some("Finalizing")
-            })
-            .collect();
-        Ok((!found.is_empty()).then_some(found))
+    let finalizing = wait_events(&ns, "the Finalizing event", |e| {
+        regards_uid(e, &uid) && e.reason.as_deref() == Some("Finalizing")
     })
     .await?;
     assert_eq!(finalizing.len(), 1, "{finalizing:#?}");
@@ -292,8 +280,8 @@ async fn memcached_finalizer_flow_and_garbage_collection() -> Result<()> {
     // Garbage collection removes the children.
     let deployments: Api<Deployment> = ns.api();
     let services: Api<Service> = ns.api();
-    wait_for(&deployments, "gone", |d: Option<&Deployment>| d.is_none()).await?;
-    wait_for(&services, "gone", |s: Option<&Service>| s.is_none()).await?;
+    wait_gone(&deployments, "gone").await?;
+    wait_gone(&services, "gone").await?;
     poll("the memcached pods gone", TIMEOUT, || async {
         Ok(pod_names(&ns, "gone").await?.is_empty().then_some(()))
     })
@@ -323,13 +311,8 @@ async fn memcached_deleted_while_operator_down_completes_on_restart() -> Result<
     );
 
     let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
-    wait_for(&api, "later", |mc: Option<&Memcached>| mc.is_none()).await?;
-    wait_for(
-        &ns.api::<Deployment>(),
-        "later",
-        |d: Option<&Deployment>| d.is_none(),
-    )
-    .await?;
+    wait_gone(&api, "later").await?;
+    wait_gone(&ns.api::<Deployment>(), "later").await?;
     Ok(())
 }
 

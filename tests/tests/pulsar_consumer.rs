@@ -8,11 +8,10 @@ use e2e::kinds::wait_pulsar_consumer_ready;
 use e2e::operator::{OperatorProcess, metric_sum, touch_and_wait_reconcile};
 use e2e::{
     TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, dynamic_api, kubectl_ok,
-    kubectl_scale, poll, repo_root, target_dir, wait_for,
+    kubectl_scale, poll, repo_root, target_dir, wait_events, wait_for, wait_gone,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use pulsar_consumer_operator::api::PulsarConsumer;
@@ -285,12 +284,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
     ns.api::<PulsarConsumer>()
         .delete("orders", &DeleteParams::background())
         .await?;
-    wait_for(
-        &deployments,
-        &deployment_name("orders"),
-        |d: Option<&Deployment>| d.is_none(),
-    )
-    .await?;
+    wait_gone(&deployments, &deployment_name("orders")).await?;
     Ok(())
 }
 
@@ -587,20 +581,10 @@ async fn pulsar_consumer_name_taken_by_another_deployment_is_reported() -> Resul
         })
     })
     .await?;
-    let events: Api<Event> = ns.api();
-    let warnings = poll("a Warning event", TIMEOUT, || async {
-        let found: Vec<Event> = events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some("NameConflict")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
-            })
-            .collect();
-        Ok((!found.is_empty()).then_some(found))
+    let warnings = wait_events(&ns, "a Warning event", |e| {
+        e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some("NameConflict")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
     })
     .await?;
     assert_eq!(warnings.len(), 1, "one Warning event: {warnings:#?}");
