@@ -157,6 +157,17 @@ pub fn client(api: &Scripted) -> Client {
     Client::new(service, "default")
 }
 
+/// `obj` as the API server hands it out: in namespace `ns`, with UID `uid-1` and
+/// `generation`.
+#[must_use]
+pub fn stored<K: kube::Resource>(mut obj: K, generation: i64) -> K {
+    let meta = obj.meta_mut();
+    meta.namespace = Some("ns".into());
+    meta.uid = Some("uid-1".into());
+    meta.generation = Some(generation);
+    obj
+}
+
 /// The toolkit a reconcile gets, around `client`, for `operator`, watching everything.
 #[must_use]
 pub fn toolkit(client: Client, operator: Operator) -> Toolkit {

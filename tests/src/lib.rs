@@ -439,16 +439,20 @@ pub fn check_all_received(counts: &BTreeMap<String, usize>, expected: &[String])
     Ok(counts.values().map(|n| n - 1).sum())
 }
 
+/// Every object of kind `K` in `ns`, in the order listed.
+pub async fn list_all<K>(ns: &TestNamespace) -> Result<Vec<K>>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    Ok(ns.api::<K>().list(&ListParams::default()).await?.items)
+}
+
 /// The events (`events.k8s.io/v1`) in `ns` that `keep` keeps, in the order listed.
 pub async fn events_where(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> Result<Vec<Event>> {
-    Ok(ns
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| keep(e))
-        .collect())
+    let mut events = list_all::<Event>(ns).await?;
+    events.retain(|e| keep(e));
+    Ok(events)
 }
 
 /// Waits (up to [`TIMEOUT`]) until `ns` holds events that `keep` keeps; returns them.

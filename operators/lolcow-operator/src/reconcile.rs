@@ -36,7 +36,10 @@ use crate::{
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call or a helper of the common crate failed.
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A helper of the common crate failed.
     #[error(transparent)]
     Shared(#[from] shared::Error),
 }
@@ -44,15 +47,9 @@ pub enum Error {
 impl shared::ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
+            Error::Kube(_) => "kube",
             Error::Shared(e) => e.metric_label(),
         }
-    }
-}
-
-/// A failed Kubernetes API call, as the common crate reports one (`kube`).
-impl From<kube::Error> for Error {
-    fn from(error: kube::Error) -> Self {
-        Error::Shared(error.into())
     }
 }
 

@@ -12,7 +12,10 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
 
-use shared::{slim::SlimPod, testing::pod_status};
+use shared::{
+    slim::SlimPod,
+    testing::{pod_status, stored},
+};
 
 use crate::{
     api::{Memcached, MemcachedSpec},
@@ -22,17 +25,16 @@ use crate::{
 /// A Memcached `cache` in namespace `ns`, generation 2.
 pub(crate) fn memcached(size: i32, port: Option<i32>) -> Memcached {
     let port = port.unwrap_or(crate::api::DEFAULT_PORT);
-    let mut mc = Memcached::new(
-        "cache",
-        MemcachedSpec {
-            size,
-            container_port: port,
-        },
-    );
-    mc.metadata.namespace = Some("ns".into());
-    mc.metadata.uid = Some("uid-1".into());
-    mc.metadata.generation = Some(2);
-    mc
+    stored(
+        Memcached::new(
+            "cache",
+            MemcachedSpec {
+                size,
+                container_port: port,
+            },
+        ),
+        2,
+    )
 }
 
 /// The controller owner reference to the Memcached of [`memcached`].

@@ -40,7 +40,10 @@ use crate::{
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call or a helper of the common crate failed.
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A helper of the common crate failed.
     #[error(transparent)]
     Shared(#[from] shared::Error),
     /// The finalizer could not be added or removed, or the step it wraps failed.
@@ -55,6 +58,7 @@ pub enum Error {
 impl shared::ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
+            Error::Kube(_) => "kube",
             Error::Shared(e) => e.metric_label(),
             Error::Finalizer(e) => match e.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
@@ -64,13 +68,6 @@ impl shared::ReconcileError for Error {
             },
             Error::Children(_) => "children",
         }
-    }
-}
-
-/// A failed Kubernetes API call, as the common crate reports one (`kube`).
-impl From<kube::Error> for Error {
-    fn from(error: kube::Error) -> Self {
-        Error::Shared(error.into())
     }
 }
 

@@ -3,7 +3,10 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use shared::{slim::SlimPod, testing::pod_status};
+use shared::{
+    slim::SlimPod,
+    testing::{pod_status, stored},
+};
 
 use crate::api::{PodSet, PodSetSpec};
 
@@ -34,15 +37,14 @@ pub(crate) fn t(s: i64) -> jiff::Timestamp {
 
 /// The PodSet `ns/demo` (UID `uid-1`, generation 3) asking for `replicas` pods.
 pub(crate) fn podset(replicas: i32) -> PodSet {
-    let mut ps = PodSet::new(
-        "demo",
-        PodSetSpec {
-            replicas,
-            image: None,
-        },
-    );
-    ps.metadata.namespace = Some("ns".into());
-    ps.metadata.uid = Some("uid-1".into());
-    ps.metadata.generation = Some(3);
-    ps
+    stored(
+        PodSet::new(
+            "demo",
+            PodSetSpec {
+                replicas,
+                image: None,
+            },
+        ),
+        3,
+    )
 }

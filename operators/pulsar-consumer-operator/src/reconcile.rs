@@ -38,7 +38,10 @@ pub const IMAGE_ENV: &str = "PULSAR_CONSUMER_IMAGE";
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call or a helper of the common crate failed.
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A helper of the common crate failed.
     #[error(transparent)]
     Shared(#[from] shared::Error),
     /// The API server refused the Deployment (quota, admission); reported in the `Ready`
@@ -50,16 +53,10 @@ pub enum Error {
 impl shared::ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
+            Error::Kube(_) => "kube",
             Error::Shared(e) => e.metric_label(),
             Error::Rejected(_) => "deployment_rejected",
         }
-    }
-}
-
-/// A failed Kubernetes API call, as the common crate reports one (`kube`).
-impl From<kube::Error> for Error {
-    fn from(error: kube::Error) -> Self {
-        Error::Shared(error.into())
     }
 }
 
@@ -396,6 +393,19 @@ mod tests {
         reconcile_scripted(pc, replies, context, reconcile).await
     }
 
+    /// Reconciles a PulsarConsumer of one replica whose Deployment is absent and whose
+    /// create is answered `code` with `message`; the status write and its event succeed.
+    async fn run_refused(code: u16, message: &str) -> (Result<Action, Error>, Scripted) {
+        let pc = consumer(1);
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::error(code, message),
+            Reply::Object(serde_json::to_value(&pc).unwrap()),
+            Reply::Echo,
+        ];
+        run(pc, replies).await
+    }
+
     #[tokio::test]
     async fn a_refused_deployment_is_reported_and_retried() {
         for (code, message) in [
@@ -405,14 +415,7 @@ mod tests {
             ),
             (422, "Deployment.apps \"orders-deployment\" is invalid"),
         ] {
-            let pc = consumer(1);
-            let replies = vec![
-                Reply::error(404, "not found"),
-                Reply::error(code, message),
-                Reply::Object(serde_json::to_value(&pc).unwrap()),
-                Reply::Echo,
-            ];
-            let (result, api) = run(pc, replies).await;
+            let (result, api) = run_refused(code, message).await;
             assert!(
                 matches!(result, Err(Error::Rejected(ref m)) if m.contains(message)),
                 "{result:?}"
@@ -427,15 +430,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_namespace_being_deleted_is_no_error() {
-        let pc = consumer(1);
         let message = "deployments.apps \"orders-deployment\" is forbidden: unable to create new content in namespace ns because it is being terminated";
-        let replies = vec![
-            Reply::error(404, "not found"),
-            Reply::error(403, message),
-            Reply::Object(serde_json::to_value(&pc).unwrap()),
-            Reply::Echo,
-        ];
-        let (result, api) = run(pc, replies).await;
+        let (result, api) = run_refused(403, message).await;
         assert_eq!(result.unwrap(), Action::await_change());
         // The status still says what is (no Deployment), with a Normal event.
         assert_eq!(
