@@ -439,6 +439,19 @@ pub fn check_all_received(counts: &BTreeMap<String, usize>, expected: &[String])
     Ok(counts.values().map(|n| n - 1).sum())
 }
 
+/// Two namespaces, `<prefix>-watched` and `<prefix>-other`, and `operator` running with
+/// only the first as its watched namespace: the setup of every "outside the watched
+/// namespace" test.
+pub async fn watching_one(
+    operator: &str,
+    prefix: &str,
+) -> Result<(TestNamespace, TestNamespace, operator::OperatorProcess)> {
+    let watched = TestNamespace::new(&format!("{prefix}-watched")).await?;
+    let other = TestNamespace::new(&format!("{prefix}-other")).await?;
+    let op = operator::OperatorProcess::start(operator, &[&watched.name]).await?;
+    Ok((watched, other, op))
+}
+
 /// Every object of kind `K` in `ns`, in the order listed.
 pub async fn list_all<K>(ns: &TestNamespace) -> Result<Vec<K>>
 where

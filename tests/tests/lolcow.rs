@@ -11,7 +11,7 @@ use e2e::kinds::{
 use e2e::operator::{OperatorOptions, OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
     TIMEOUT, TestNamespace, assert_never_reconciled, can_i, create_from_json, events_where,
-    kubectl_ok, wait_for, wait_for_within, wait_gone,
+    kubectl_ok, wait_for, wait_for_within, wait_gone, watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -460,9 +460,7 @@ async fn lolcow_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
 
 #[tokio::test]
 async fn lolcow_outside_watch_namespace_is_untouched() -> Result<()> {
-    let watched = TestNamespace::new("lolcow-watched").await?;
-    let other = TestNamespace::new("lolcow-other").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    let (watched, other, _op) = watching_one(OPERATOR, "lolcow").await?;
     let ignored_port = free_node_port(&other, "ignored", &[]).await?;
     create(&other, lolcow("ignored", ignored_port, None)).await?;
     let seen_port = free_node_port(&watched, "seen", &[ignored_port]).await?;

@@ -5,7 +5,7 @@ use e2e::kinds::{MEMCACHED, assert_all_creates_rejected, memcached};
 use e2e::operator::{OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
     TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_scale, poll,
-    regards_uid, wait_events, wait_for, wait_gone, wait_until,
+    regards_uid, wait_events, wait_for, wait_gone, wait_until, watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -380,9 +380,7 @@ async fn memcached_invalid_objects_are_rejected_naming_the_field() -> Result<()>
 
 #[tokio::test]
 async fn memcached_outside_watch_namespace_is_untouched() -> Result<()> {
-    let watched = TestNamespace::new("memcached-watched").await?;
-    let other = TestNamespace::new("memcached-other").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    let (watched, other, _op) = watching_one(OPERATOR, "memcached").await?;
     create(&other, memcached("ignored", 1)).await?;
     create(&watched, memcached("seen", 1)).await?;
     // Once the watched one converged, the operator has been running and listening; the

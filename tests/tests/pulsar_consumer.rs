@@ -8,7 +8,7 @@ use e2e::kinds::wait_pulsar_consumer_ready;
 use e2e::operator::{OperatorProcess, metric_sum, touch_and_wait_reconcile};
 use e2e::{
     TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, dynamic_api, kubectl_ok,
-    kubectl_scale, poll, repo_root, target_dir, wait_events, wait_for, wait_gone,
+    kubectl_scale, poll, repo_root, target_dir, wait_events, wait_for, wait_gone, watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -476,9 +476,7 @@ async fn pulsar_consumer_invalid_objects_are_rejected_naming_the_field() -> Resu
 
 #[tokio::test]
 async fn pulsar_consumer_outside_watch_namespace_is_untouched() -> Result<()> {
-    let watched = TestNamespace::new("pulsar-watched").await?;
-    let other = TestNamespace::new("pulsar-other").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    let (watched, other, _op) = watching_one(OPERATOR, "pulsar").await?;
     create(&other, consumer("ignored", sample_spec(1))).await?;
     create(&watched, consumer("seen", sample_spec(1))).await?;
     // Once the watched one converged, the operator has been running and listening; the
