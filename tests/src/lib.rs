@@ -18,6 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::runtime::watcher;
@@ -450,6 +451,20 @@ pub async fn watching_one(
     let other = TestNamespace::new(&format!("{prefix}-other")).await?;
     let op = operator::OperatorProcess::start(operator, &[&watched.name]).await?;
     Ok((watched, other, op))
+}
+
+/// The controller owner reference of `obj`, if it has one.
+pub fn controller_ref<K: Resource>(obj: &K) -> Option<&OwnerReference> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Whether the object with `uid` is the controller of `obj`.
+pub fn controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
+    controller_ref(obj).is_some_and(|r| r.uid == uid)
 }
 
 /// Every object of kind `K` in `ns`, in the order listed.

@@ -11,8 +11,8 @@ use e2e::kinds::{
 };
 use e2e::operator::OperatorProcess;
 use e2e::{
-    TIMEOUT, TestNamespace, create_from_json, delete_and_wait, events_where, poll, regards_uid,
-    wait_until,
+    TIMEOUT, TestNamespace, controlled_by, create_from_json, delete_and_wait, events_where, poll,
+    regards_uid, wait_until,
 };
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -217,9 +217,7 @@ async fn memcached_never_adopts_a_strangers_service() -> Result<()> {
     })
     .await?;
     ensure!(
-        svc.owner_references()
-            .iter()
-            .any(|r| r.uid == uid && r.controller == Some(true)),
+        controlled_by(&svc, &uid),
         "the new Service is the Memcached's: {:?}",
         svc.owner_references()
     );
@@ -250,9 +248,7 @@ async fn lolcow_never_adopts_a_strangers_service() -> Result<()> {
     wait_lolcow_ready(&ns, "moo").await?;
     let svc = ns.api::<Service>().get("moo").await?;
     ensure!(
-        svc.owner_references()
-            .iter()
-            .any(|r| r.uid == uid && r.controller == Some(true)),
+        controlled_by(&svc, &uid),
         "the new Service is the Lolcow's: {:?}",
         svc.owner_references()
     );
@@ -313,9 +309,7 @@ async fn pulsar_consumer_never_adopts_a_strangers_deployment() -> Result<()> {
     wait_pulsar_consumer_ready(&ns, "orders").await?;
     let d = ns.api::<Deployment>().get("orders-deployment").await?;
     ensure!(
-        d.owner_references()
-            .iter()
-            .any(|r| r.uid == uid && r.controller == Some(true)),
+        controlled_by(&d, &uid),
         "the new Deployment is the PulsarConsumer's: {:?}",
         d.owner_references()
     );

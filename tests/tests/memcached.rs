@@ -4,8 +4,8 @@ use anyhow::Result;
 use e2e::kinds::{MEMCACHED, assert_all_creates_rejected, memcached};
 use e2e::operator::{OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
-    TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_scale, poll,
-    regards_uid, wait_events, wait_for, wait_gone, wait_until, watching_one,
+    TIMEOUT, TestNamespace, assert_never_reconciled, controller_ref, create_from_json,
+    kubectl_scale, poll, regards_uid, wait_events, wait_for, wait_gone, wait_until, watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -124,12 +124,7 @@ async fn memcached_converges_scales_and_repairs() -> Result<()> {
     let deployments: Api<Deployment> = ns.api();
     let services: Api<Service> = ns.api();
     let d = deployments.get("cache").await?;
-    let owner = d
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
+    let owner = controller_ref(&d)
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no controller owner"))?;
     assert_eq!(

@@ -7,8 +7,9 @@ use anyhow::{Context, Result};
 use e2e::kinds::wait_pulsar_consumer_ready;
 use e2e::operator::{OperatorProcess, metric_sum, touch_and_wait_reconcile};
 use e2e::{
-    TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, dynamic_api, kubectl_ok,
-    kubectl_scale, poll, repo_root, target_dir, wait_events, wait_for, wait_gone, watching_one,
+    TIMEOUT, TestNamespace, assert_never_reconciled, controller_ref, create_from_json, dynamic_api,
+    kubectl_ok, kubectl_scale, poll, repo_root, target_dir, wait_events, wait_for, wait_gone,
+    watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -139,13 +140,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
     let uid = pc.metadata.uid.clone().unwrap_or_default();
     let deployments: Api<Deployment> = ns.api();
     let d = deployments.get(&deployment_name("orders")).await?;
-    let owner = d
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .context("the Deployment has a controller owner")?;
+    let owner = controller_ref(&d).context("the Deployment has a controller owner")?;
     assert_eq!(owner.uid, uid);
     assert_eq!(owner.kind, "PulsarConsumer");
     let labels = d.metadata.labels.clone().unwrap_or_default();

@@ -393,6 +393,19 @@ mod tests {
         reconcile_scripted(pc, replies, context, reconcile).await
     }
 
+    /// Reconciles a PulsarConsumer of one replica whose Deployment is created and whose
+    /// status write is answered `code` with `message`; asserts that nothing came after it.
+    async fn run_status_answered(code: u16, message: &str) -> Result<Action, Error> {
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(code, message),
+        ];
+        let (result, api) = run(consumer(1), replies).await;
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
+        result
+    }
+
     /// Reconciles a PulsarConsumer of one replica whose Deployment is absent and whose
     /// create is answered `code` with `message`; asserts that the status and one event were
     /// written after it (they succeed).
@@ -441,24 +454,13 @@ mod tests {
 
     #[tokio::test]
     async fn status_write_404_is_no_error() {
-        let replies = vec![
-            Reply::error(404, "not found"),
-            Reply::Echo,
-            Reply::error(404, "not found"),
-        ];
-        let (result, api) = run(consumer(1), replies).await;
+        let result = run_status_answered(404, "not found").await;
         assert_eq!(result.unwrap(), Action::await_change());
-        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
     }
 
     #[tokio::test]
     async fn status_write_409_is_retried() {
-        let replies = vec![
-            Reply::error(404, "not found"),
-            Reply::Echo,
-            Reply::error(409, "the object has been modified"),
-        ];
-        let (result, api) = run(consumer(1), replies).await;
+        let result = run_status_answered(409, "the object has been modified").await;
         assert!(
             matches!(
                 result,
@@ -466,6 +468,5 @@ mod tests {
             ),
             "{result:?}"
         );
-        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
     }
 }
