@@ -25,7 +25,7 @@ use shared::{
 use crate::{
     OPERATOR, admin,
     api::{Autoscaling, PulsarConsumer},
-    autoscale::{self, History, Policy, Reading, Why},
+    autoscale::{self, Decision, History, Policy, Reading, Why},
     desired,
     poll::{self, Pollers},
     status::{self, Problem, REASON_INVALID_AUTOSCALING, REASON_NAME_CONFLICT, Scaling},
@@ -259,16 +259,7 @@ fn autoscale(
             .ok()
             .map(|&backlog| Reading { at: o.at, backlog })
     });
-    let decide = |history: &mut History| {
-        let current = current_replicas(pc, history, &policy, deployment);
-        let decision = autoscale::decide(&policy, history, current, reading, now.as_second());
-        history.replicas = Some(decision.replicas);
-        (decision, current)
-    };
-    let (decision, current) = ctx
-        .pollers
-        .with_history(pc, decide)
-        .unwrap_or_else(|| decide(&mut History::default()));
+    let (decision, current) = decide(pc, ctx, &policy, deployment, reading, now);
     Some((
         Scaling {
             reading: observation.map(|o| o.result.map_err(|e| (e.reason(), e.to_string()))),
@@ -288,16 +279,7 @@ fn no_reading(
     now: jiff::Timestamp,
     message: String,
 ) -> (Scaling, i32) {
-    let decide = |history: &mut History| {
-        let current = current_replicas(pc, history, policy, deployment);
-        let decision = autoscale::decide(policy, history, current, None, now.as_second());
-        history.replicas = Some(decision.replicas);
-        (decision, current)
-    };
-    let (decision, current) = ctx
-        .pollers
-        .with_history(pc, decide)
-        .unwrap_or_else(|| decide(&mut History::default()));
+    let (decision, current) = decide(pc, ctx, policy, deployment, None, now);
     (
         Scaling {
             reading: Some(Err((REASON_INVALID_AUTOSCALING, message))),
@@ -306,6 +288,28 @@ fn no_reading(
         },
         current,
     )
+}
+
+/// The autoscaler's decision for `pc` on `reading` (`None`: no usable reading), made with
+/// and recorded in the history this process keeps of `pc` (a fresh one when it keeps
+/// none); returns it with the replica count it started from ([`current_replicas`]).
+fn decide(
+    pc: &PulsarConsumer,
+    ctx: &Context,
+    policy: &Policy,
+    deployment: Option<&Deployment>,
+    reading: Option<Reading>,
+    now: jiff::Timestamp,
+) -> (Decision, i32) {
+    let decide = |history: &mut History| {
+        let current = current_replicas(pc, history, policy, deployment);
+        let decision = autoscale::decide(policy, history, current, reading, now.as_second());
+        history.replicas = Some(decision.replicas);
+        (decision, current)
+    };
+    ctx.pollers
+        .with_history(pc, decide)
+        .unwrap_or_else(|| decide(&mut History::default()))
 }
 
 /// The count the autoscaler starts from: its own last decision in this process, else the
