@@ -6,6 +6,8 @@
 //! test`, or by hand to use any cluster); without it, the local cluster is
 //! started on demand with `cargo xtask cluster up`.
 
+pub mod delivery;
+pub mod events;
 pub mod kinds;
 pub mod manifests;
 pub mod operator;
@@ -13,11 +15,14 @@ pub mod proxy;
 pub mod pulsar;
 pub mod rbac;
 
+pub use delivery::check_all_received;
+pub use events::{events_where, regards_uid, wait_events};
+pub use operator::watching_one;
+
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -417,42 +422,6 @@ where
     Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
 }
 
-/// Checks that the payloads in `counts` are exactly those produced (each at
-/// least once) and returns how many deliveries were duplicates.
-pub fn check_all_received(counts: &BTreeMap<String, usize>, expected: &[String]) -> Result<usize> {
-    let missing: Vec<&String> = expected
-        .iter()
-        .filter(|p| !counts.contains_key(*p))
-        .collect();
-    ensure!(
-        missing.is_empty(),
-        "{} of {} payloads were never received, e.g. {:?}",
-        missing.len(),
-        expected.len(),
-        missing.iter().take(5).collect::<Vec<_>>()
-    );
-    ensure!(
-        counts.len() == expected.len(),
-        "received {} distinct payloads, {} were sent",
-        counts.len(),
-        expected.len()
-    );
-    Ok(counts.values().map(|n| n - 1).sum())
-}
-
-/// Two namespaces, `<prefix>-watched` and `<prefix>-other`, and `operator` running with
-/// only the first as its watched namespace: the setup of every "outside the watched
-/// namespace" test.
-pub async fn watching_one(
-    operator: &str,
-    prefix: &str,
-) -> Result<(TestNamespace, TestNamespace, operator::OperatorProcess)> {
-    let watched = TestNamespace::new(&format!("{prefix}-watched")).await?;
-    let other = TestNamespace::new(&format!("{prefix}-other")).await?;
-    let op = operator::OperatorProcess::start(operator, &[&watched.name]).await?;
-    Ok((watched, other, op))
-}
-
 /// The controller owner reference of `obj`, if it has one.
 pub fn controller_ref<K: Resource>(obj: &K) -> Option<&OwnerReference> {
     obj.meta()
@@ -474,31 +443,6 @@ where
     K::DynamicType: Default,
 {
     Ok(ns.api::<K>().list(&ListParams::default()).await?.items)
-}
-
-/// The events (`events.k8s.io/v1`) in `ns` that `keep` keeps, in the order listed.
-pub async fn events_where(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> Result<Vec<Event>> {
-    let mut events = list_all::<Event>(ns).await?;
-    events.retain(|e| keep(e));
-    Ok(events)
-}
-
-/// Waits (up to [`TIMEOUT`]) until `ns` holds events that `keep` keeps; returns them.
-pub async fn wait_events(
-    ns: &TestNamespace,
-    what: &str,
-    keep: impl Fn(&Event) -> bool,
-) -> Result<Vec<Event>> {
-    poll(what, TIMEOUT, || async {
-        let found = events_where(ns, &keep).await?;
-        Ok((!found.is_empty()).then_some(found))
-    })
-    .await
-}
-
-/// Whether event `e` is about the object with `uid`.
-pub fn regards_uid(e: &Event, uid: &str) -> bool {
-    e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid)
 }
 
 /// `kubectl scale <resource>/<name> --replicas=<replicas>` in `ns`: through the scale
