@@ -462,10 +462,6 @@ mod tests {
     use super::*;
     use crate::backoff::Gate;
 
-    #[derive(Debug, thiserror::Error)]
-    #[error("failed")]
-    struct Failed;
-
     /// Runs kube's applier (its scheduler, with `kube_debounce`) on one object triggered
     /// every 200 ms for 10 s; the reconciler asks `gate` first, as the runner's wrapper
     /// does. Returns when (since the start) reconciles ran, over 12 virtual seconds.
@@ -513,7 +509,7 @@ mod tests {
                         return Ok(Action::requeue(wait));
                     }
                     runs.lock().unwrap().push(now - start);
-                    Ok::<_, Failed>(Action::await_change())
+                    Ok::<_, std::convert::Infallible>(Action::await_change())
                 }
                 .boxed()
             }
