@@ -286,6 +286,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use crate::metrics_auth::test_files::{cert_files, write_self_signed};
     use crate::metrics_auth::{Decision, Reviewer};
     use futures::future::BoxFuture;
     use std::time::Instant;
@@ -398,15 +399,8 @@ mod tests {
 
     #[tokio::test]
     async fn secure_metrics_answer_401_403_and_200() {
-        let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        let dir = std::env::temp_dir().join(format!("health-tls-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let files = CertFiles {
-            cert: dir.join("tls.crt"),
-            key: dir.join("tls.key"),
-        };
-        std::fs::write(&files.cert, generated.cert.pem()).unwrap();
-        std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
+        let (dir, files) = cert_files("health-tls-test");
+        let cert = write_self_signed(&files, "localhost");
         let m = Metrics::new();
         m.controller_started("test", 1);
         let bound = serve(
@@ -428,7 +422,7 @@ mod tests {
         let addr = bound[0].1;
 
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(generated.cert.der().clone()).unwrap();
+        roots.add(cert).unwrap();
         let client = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))

@@ -502,10 +502,44 @@ pub fn tls_handshake(
     }
 }
 
+/// Certificate files for the tests of this module and of [`crate::health`].
+#[cfg(test)]
+pub(crate) mod test_files {
+    #![allow(clippy::unwrap_used)]
+
+    use super::CertFiles;
+    use std::path::PathBuf;
+
+    /// `tls.crt` and `tls.key` (not written yet) in a fresh temporary folder named after
+    /// `tag` and this process; returns the folder too, for the test to remove.
+    pub(crate) fn cert_files(tag: &str) -> (PathBuf, CertFiles) {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        };
+        (dir, files)
+    }
+
+    /// Writes a new self-signed certificate for `name` and its key to `files`; returns the
+    /// certificate.
+    pub(crate) fn write_self_signed(
+        files: &CertFiles,
+        name: &str,
+    ) -> rustls_pki_types::CertificateDer<'static> {
+        let generated = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+        std::fs::write(&files.cert, generated.cert.pem()).unwrap();
+        std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
+        generated.cert.der().clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    use super::test_files::{cert_files, write_self_signed};
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -618,15 +652,17 @@ mod tests {
         Client::new(service, "default")
     }
 
+    /// What `reviewer` decides on `get path` with `token`.
+    async fn get(reviewer: &ApiServerReviewer, token: &str, path: &str) -> Decision {
+        reviewer.review(token, "get", path).await.unwrap()
+    }
+
     #[tokio::test]
     async fn the_api_server_reviewer_sends_a_token_review_then_a_subject_access_review() {
         let asked = Arc::new(Mutex::new(Vec::new()));
         let reviewer = ApiServerReviewer::new(fake_api_server(asked.clone()));
         assert_eq!(
-            reviewer
-                .review("reader-token", "get", "/metrics")
-                .await
-                .unwrap(),
+            get(&reviewer, "reader-token", "/metrics").await,
             Decision::Allowed {
                 user: "system:serviceaccount:ns:reader".into()
             }
@@ -643,26 +679,20 @@ mod tests {
             assert_eq!(asked[1].1["spec"]["uid"], "u-1");
         }
         assert_eq!(
-            reviewer
-                .review("stranger-token", "get", "/metrics")
-                .await
-                .unwrap(),
+            get(&reviewer, "stranger-token", "/metrics").await,
             Decision::Forbidden {
                 user: "system:serviceaccount:ns:stranger".into()
             }
         );
         assert_eq!(
-            reviewer
-                .review("reader-token", "get", "/other")
-                .await
-                .unwrap(),
+            get(&reviewer, "reader-token", "/other").await,
             Decision::Forbidden {
                 user: "system:serviceaccount:ns:reader".into()
             }
         );
         let before = asked.lock().unwrap().len();
         assert_eq!(
-            reviewer.review("forged", "get", "/metrics").await.unwrap(),
+            get(&reviewer, "forged", "/metrics").await,
             Decision::Unauthenticated
         );
         assert_eq!(
@@ -725,15 +755,8 @@ mod tests {
         let config = tls_config(None).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
         // The same kind of certificate from files, as a mounted Secret would hold it.
-        let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        let dir = std::env::temp_dir().join(format!("metrics-auth-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let files = CertFiles {
-            cert: dir.join("tls.crt"),
-            key: dir.join("tls.key"),
-        };
-        std::fs::write(&files.cert, generated.cert.pem()).unwrap();
-        std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
+        let (dir, files) = cert_files("metrics-auth-test");
+        write_self_signed(&files, "localhost");
         assert!(tls_config(Some(&files)).is_ok());
         std::fs::write(&files.cert, "not a certificate").unwrap();
         let err = tls_config(Some(&files)).unwrap_err();
@@ -743,25 +766,14 @@ mod tests {
 
     #[test]
     fn a_rotated_certificate_is_picked_up_and_a_broken_one_is_not() {
-        let write = |files: &CertFiles, name: &str| {
-            let generated = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
-            std::fs::write(&files.cert, generated.cert.pem()).unwrap();
-            std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
-            generated.cert.der().clone()
-        };
-        let dir = std::env::temp_dir().join(format!("metrics-rotate-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let files = CertFiles {
-            cert: dir.join("tls.crt"),
-            key: dir.join("tls.key"),
-        };
-        let first = write(&files, "first.example");
+        let (dir, files) = cert_files("metrics-rotate-test");
+        let first = write_self_signed(&files, "first.example");
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let reloading = ReloadingCert::load(files.clone(), provider).unwrap();
         let t0 = Instant::now();
         assert_eq!(reloading.current(t0).cert[0], first);
         // Rotated: new files with a new modification time.
-        let second = write(&files, "second.example");
+        let second = write_self_signed(&files, "second.example");
         let later = SystemTime::now() + Duration::from_secs(5);
         for path in [&files.cert, &files.key] {
             std::fs::File::options()

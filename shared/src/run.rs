@@ -2,29 +2,31 @@
 //! metrics and probes, wins leader election and runs one controller per watched scope
 //! until SIGTERM/SIGINT (graceful: in-flight reconciles finish, the lease is released).
 
-use std::{fmt::Debug, future::Future, sync::Arc, time::Instant};
+use std::{fmt::Debug, future::Future, sync::Arc};
 
 use futures::{FutureExt, StreamExt, future::Shared};
 use kube::{
-    Client, CustomResourceExt, Resource, ResourceExt,
+    Client, CustomResourceExt,
     api::ListParams,
     runtime::{
         Controller,
         controller::{self, Action},
     },
 };
-use serde::de::DeserializeOwned;
-use tracing::Instrument;
+
+mod guard;
+
+use guard::{Guard, on_controller_result};
 
 use crate::{
-    backoff::{Debounce, ErrorBackoff, Gate},
-    cli::RunArgs,
+    backoff::{Debounce, ErrorBackoff},
+    cli::{Cli, Command, RunArgs},
     error::{Error, ReconcileError},
     events::Events,
     health::{self, Readiness},
-    leader::{self, Elector, LeaderConfig},
-    metrics::{Metrics, ReconcileResult},
-    namespaces::{self, Scope, ScopeStatus, WatchNamespaces},
+    leader::{self, Elector, LeaderConfig, Leadership},
+    metrics::Metrics,
+    namespaces::{self, Scope, ScopeStatus, WatchNamespaces, Watched},
     rate_limit::ClientRateLimit,
 };
 
@@ -75,36 +77,38 @@ impl Operator {
         Ok(())
     }
 
-    /// Runs the operator until SIGTERM/SIGINT (returns `Ok`) or a fatal error (leadership
-    /// lost, startup failure). Logging is initialised here.
+    /// The whole of an operator binary's `main`: parses the command line, then prints the
+    /// CRD of `K` (`crd`) or runs the operator (`run`, the default) until SIGTERM/SIGINT
+    /// (returns `Ok`) or a fatal error (leadership lost, startup failure). Logging is
+    /// initialised here.
     ///
-    /// `make_context` builds the reconcile context once; `build` builds the `Controller` of
-    /// one [`Scope`] (called once per watched namespace, or once for all); `reconcile` is
-    /// wrapped with metrics, a log span naming the controller and object, and per-object
-    /// exponential backoff on errors.
+    /// `make_context` builds the reconcile context once, from the [`Toolkit`] and the value
+    /// of the environment variable `image_env` (the workload image, if set); `build` builds
+    /// the `Controller` of one [`Scope`] (called once per watched namespace, or once for
+    /// all); `reconcile` is wrapped with metrics, a log span naming the controller and
+    /// object, and per-object exponential backoff on errors.
     ///
     /// # Errors
     /// [`Error`] with a message saying what to do.
     pub async fn run<K, Ctx, E, Fut>(
         self,
-        args: RunArgs,
-        make_context: impl FnOnce(Toolkit) -> Ctx,
+        image_env: &str,
+        make_context: impl FnOnce(Toolkit, Option<String>) -> Ctx,
         build: impl Fn(&Scope, &Ctx) -> Controller<K>,
         reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
     ) -> Result<(), Error>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + CustomResourceExt
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched + CustomResourceExt,
         Ctx: Send + Sync + 'static,
         E: ReconcileError,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
+        let cli = Cli::parse_for(self.name);
+        let args = match cli.subcommand() {
+            Command::Crd => return self.print_crd::<K>(),
+            Command::Run => cli.run,
+        };
+        let image = std::env::var(image_env).ok();
         crate::telemetry::init(&args);
         tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
         let metrics = Metrics::new();
@@ -117,158 +121,204 @@ impl Operator {
         health::serve_from_args(&args, &client, metrics.clone(), ready.clone()).await?;
         let shutdown = shutdown_on_signal();
 
-        let mut leadership = None;
+        let mut held = None;
         if args.leader_elect {
-            let config = LeaderConfig {
-                lease_name: args.leader_election_id(self.name),
-                namespace: args.leader_election_namespace(),
-                identity: leader::default_identity(),
-                lease_duration: args.lease_duration,
-                renew_deadline: args.renew_deadline,
-                retry_period: args.retry_period,
+            let candidate = Candidate {
+                metrics: &metrics,
+                ready: &ready,
+                kube_config,
+                limit,
             };
-            tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for leadership");
-            metrics.set_leader(&config.lease_name, false);
-            // A standby replica is ready: it serves its purpose by waiting.
-            ready.set(true);
-            let lease_name = config.lease_name.clone();
-            // A client and token bucket of its own, as controller-runtime gives leader election
-            // its own clientset: renewals never queue behind the reconciles' requests.
-            let leader_client = connect(&metrics, kube_config, limit)?;
-            let mut elector = Elector::new(leader_client, args.leader_election_mode, config);
-            tokio::select! {
-                () = elector.acquire() => {}
-                () = shutdown.clone() => {
+            match self.win_leadership(&args, candidate, &shutdown).await? {
+                Some(lease) => held = Some(lease),
+                None => {
                     tracing::info!("shutting down before becoming leader");
                     return Ok(());
                 }
             }
-            metrics.set_leader(&lease_name, true);
-            ready.set(false);
-            leadership = Some((elector.keep_leading(), lease_name));
         }
 
-        let toolkit = Toolkit {
-            client: client.clone(),
-            events: Events::new(client.clone(), self.name),
+        let toolkit = self.toolkit(&client, &metrics, &args.watch_namespace);
+        let ctx = Arc::new(make_context(toolkit, image));
+        let guard = Arc::new(Guard {
+            controller: self.controller,
             metrics: metrics.clone(),
-            operator: self,
-            watch_namespaces: args.watch_namespace.clone(),
-        };
-        let ctx = Arc::new(make_context(toolkit));
-        let backoff = Arc::new(ErrorBackoff::default());
-        // `--reconcile-debounce` is applied here, not by kube's `Config::debounce`: kube's
-        // is a plain trailing debounce (every trigger pushes the object's deadline back by
-        // the debounce again), so a child event every 200 ms with a 500 ms debounce would
-        // postpone the reconcile for as long as the events keep coming. kube runs with no
-        // debounce instead, and the reconcile wrapper below asks [`Debounce`] first: a
-        // deferred trigger returns a requeue after the remaining quiet time (kube keeps one
-        // pending time per object, so the latest trigger wins), and an object waits at most
-        // MAX_DEBOUNCE_WAIT after its first deferred trigger.
-        let debounce = Arc::new(Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT));
+            backoff: ErrorBackoff::default(),
+            debounce: Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT),
+            reconcile,
+        });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
+        let all = start_controllers(&args, &client, &ctx, build, &guard, &ready, &shutdown);
+        tracing::info!(controller = self.controller, "controllers started");
 
-        let controller_name = self.controller;
-        // No reconcile of an object before every watch of its own scope (primary and
-        // children) has its first full list: kube's Controller only waits for the primary
-        // store, and a reconcile that sees the children's cache still empty would, after a
-        // restart, create children that already exist. Each scope waits for its own watches
-        // only, so a namespace whose watches fail (its RoleBinding removed, say) does not
-        // hold back the others: it is logged, retried by the watcher's backoff, and named
-        // in the `/readyz` body.
-        let (m, b, d) = (metrics.clone(), backoff.clone(), debounce.clone());
-        let wrapper = move |scope_status: tokio::sync::watch::Receiver<ScopeStatus>| {
-            let (m, b, d) = (m.clone(), b.clone(), d.clone());
-            move |obj: Arc<K>, ctx: Arc<Ctx>| {
-                let (metrics, backoff, debounce) = (m.clone(), b.clone(), d.clone());
-                let mut synced = scope_status.clone();
-                let key = object_key(obj.as_ref());
-                let span =
-                    tracing::info_span!("reconcile", controller = controller_name, object = %key);
-                async move {
-                    let queued = metrics.queued(controller_name);
-                    // An error means the runner is shutting down; the reconcile then runs on
-                    // whatever the caches hold, as before.
-                    let _ = synced.wait_for(ScopeStatus::synced).await;
-                    // tokio's clock (the same as std's outside paused-time tests).
-                    let now = tokio::time::Instant::now().into_std();
-                    if let Gate::Wait(wait) = debounce.check(&key, now) {
-                        return Ok(Action::requeue(wait));
-                    }
-                    let _worker = queued.start();
-                    guarded_reconcile(
-                        controller_name,
-                        &key,
-                        &metrics,
-                        &backoff,
-                        reconcile(obj, ctx),
-                    )
-                    .await
-                }
-                .instrument(span)
-            }
-        };
-        // For objects found deleted (see `ObjectNotFound` below).
-        let (gone_backoff, gone_debounce) = (backoff.clone(), debounce.clone());
-        let error_policy = move |obj: Arc<K>, error: &E, _ctx: Arc<Ctx>| {
-            let key = object_key(obj.as_ref());
-            let wait = backoff.failed(&key);
-            tracing::warn!(controller = controller_name, object = %key, %error, kind = error.metric_label(), retry_in = ?wait, "reconcile failed");
-            Action::requeue(wait)
-        };
-
-        let mut runs = Vec::new();
-        let mut statuses = Vec::new();
-        for namespace in args.watch_namespace.scopes() {
-            let scope =
-                Scope::new(client.clone(), namespace).with_streaming_lists(args.streaming_lists);
-            let controller = build(&scope, &ctx);
-            let status = scope.status();
-            let run = controller
-                .with_config(
-                    controller::Config::default()
-                        .concurrency(args.max_concurrent_reconciles)
-                        // See `debounce` above.
-                        .debounce(std::time::Duration::ZERO),
-                )
-                .graceful_shutdown_on(shutdown.clone())
-                .run(wrapper(status.clone()), error_policy.clone(), ctx.clone())
-                .for_each({
-                    let (backoff, debounce) = (gone_backoff.clone(), gone_debounce.clone());
-                    move |res| {
-                        on_controller_result(controller_name, res, &backoff, &debounce);
-                        std::future::ready(())
-                    }
-                });
-            statuses.push(status);
-            runs.push(run);
-        }
-        tokio::spawn(report_readiness(statuses, ready.clone()));
-        tracing::info!(controller = controller_name, "controllers started");
-
-        let all = futures::future::join_all(runs);
-        match leadership {
-            None => {
-                all.await;
-            }
-            Some((mut leadership, lease_name)) => {
-                tokio::select! {
-                    _ = all => {
-                        leadership.release().await;
-                        metrics.set_leader(&lease_name, false);
-                    }
-                    reason = leadership.lost() => {
-                        // Stop reconciling at once: dropping `all` cancels the controllers.
-                        metrics.set_leader(&lease_name, false);
-                        tracing::error!(%reason, "leader election lost; stopping");
-                        return Err(Error::LeadershipLost(reason));
-                    }
-                }
-            }
+        match held {
+            None => all.await,
+            Some(lease) => lead_until_done(all, lease, &metrics).await?,
         }
         tracing::info!("shut down cleanly");
         Ok(())
     }
+
+    /// What the runner hands `make_context`: the client, an event publisher reporting as
+    /// this operator, the metrics and the watched namespaces.
+    fn toolkit(self, client: &Client, metrics: &Metrics, watch: &WatchNamespaces) -> Toolkit {
+        Toolkit {
+            client: client.clone(),
+            events: Events::new(client.clone(), self.name),
+            metrics: metrics.clone(),
+            operator: self,
+            watch_namespaces: watch.clone(),
+        }
+    }
+
+    /// Waits for this replica to win leader election (`--leader-elect`), ready meanwhile
+    /// (a standby replica serves its purpose by waiting). `None` when a shutdown signal
+    /// came first.
+    ///
+    /// # Errors
+    /// When the client of its own cannot be built.
+    async fn win_leadership(
+        self,
+        args: &RunArgs,
+        candidate: Candidate<'_>,
+        shutdown: &ShutdownSignal,
+    ) -> Result<Option<HeldLease>, Error> {
+        let Candidate {
+            metrics,
+            ready,
+            kube_config,
+            limit,
+        } = candidate;
+        let config = LeaderConfig {
+            lease_name: args.leader_election_id(self.name),
+            namespace: args.leader_election_namespace(),
+            identity: leader::default_identity(),
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+        };
+        tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for leadership");
+        metrics.set_leader(&config.lease_name, false);
+        // A standby replica is ready: it serves its purpose by waiting.
+        ready.set(true);
+        let lease_name = config.lease_name.clone();
+        // A client and token bucket of its own, as controller-runtime gives leader election
+        // its own clientset: renewals never queue behind the reconciles' requests.
+        let leader_client = connect(metrics, kube_config, limit)?;
+        let mut elector = Elector::new(leader_client, args.leader_election_mode, config);
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = shutdown.clone() => return Ok(None),
+        }
+        metrics.set_leader(&lease_name, true);
+        ready.set(false);
+        Ok(Some(HeldLease {
+            leadership: elector.keep_leading(),
+            lease_name,
+        }))
+    }
+}
+
+/// What a candidate for leadership needs besides the flags: the metrics and `/readyz` it
+/// reports to, and what it builds its own client from.
+struct Candidate<'a> {
+    metrics: &'a Metrics,
+    ready: &'a Readiness,
+    kube_config: kube::Config,
+    limit: ClientRateLimit,
+}
+
+/// Leadership won, with the name of its lease (the `leader_election_master_status` label).
+struct HeldLease {
+    leadership: Leadership,
+    lease_name: String,
+}
+
+/// Runs the controllers (`all`) while holding `lease`: on a clean shutdown the lease is
+/// released so a successor takes over at once.
+///
+/// # Errors
+/// [`Error::LeadershipLost`] when the lease is lost: the controllers are stopped at once.
+async fn lead_until_done(
+    all: impl Future<Output = ()>,
+    lease: HeldLease,
+    metrics: &Metrics,
+) -> Result<(), Error> {
+    let HeldLease {
+        mut leadership,
+        lease_name,
+    } = lease;
+    tokio::select! {
+        () = all => {
+            leadership.release().await;
+            metrics.set_leader(&lease_name, false);
+            Ok(())
+        }
+        reason = leadership.lost() => {
+            // Stop reconciling at once: dropping `all` cancels the controllers.
+            metrics.set_leader(&lease_name, false);
+            tracing::error!(%reason, "leader election lost; stopping");
+            Err(Error::LeadershipLost(reason))
+        }
+    }
+}
+
+/// Starts one controller per watched scope (`build` makes each), every one reconciling
+/// through `guard`, and the task that keeps `/readyz` in step with their watches. The
+/// returned future ends when every controller has shut down.
+fn start_controllers<K, Ctx, E, Fut, B>(
+    args: &RunArgs,
+    client: &Client,
+    ctx: &Arc<Ctx>,
+    build: B,
+    guard: &Arc<Guard<K, Ctx, Fut>>,
+    ready: &Readiness,
+    shutdown: &ShutdownSignal,
+) -> impl Future<Output = ()> + use<K, Ctx, E, Fut, B>
+where
+    K: Watched,
+    Ctx: Send + Sync + 'static,
+    E: ReconcileError,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    B: Fn(&Scope, &Ctx) -> Controller<K>,
+{
+    let mut runs = Vec::new();
+    let mut statuses = Vec::new();
+    for namespace in args.watch_namespace.scopes() {
+        let scope =
+            Scope::new(client.clone(), namespace).with_streaming_lists(args.streaming_lists);
+        let controller = build(&scope, ctx);
+        let status = scope.status();
+        let reconciler = {
+            let (guard, status) = (guard.clone(), status.clone());
+            move |obj, ctx| guard.clone().reconcile(status.clone(), obj, ctx)
+        };
+        let error_policy = {
+            let guard = guard.clone();
+            move |obj: Arc<K>, error: &E, _ctx: Arc<Ctx>| guard.error_policy(obj.as_ref(), error)
+        };
+        let results = {
+            let guard = guard.clone();
+            move |res| {
+                on_controller_result(guard.controller, res, &guard.backoff, &guard.debounce);
+                std::future::ready(())
+            }
+        };
+        let run = controller
+            .with_config(
+                controller::Config::default()
+                    .concurrency(args.max_concurrent_reconciles)
+                    // See `Guard::debounce`.
+                    .debounce(std::time::Duration::ZERO),
+            )
+            .graceful_shutdown_on(shutdown.clone())
+            .run(reconciler, error_policy, ctx.clone())
+            .for_each(results);
+        statuses.push(status);
+        runs.push(run);
+    }
+    tokio::spawn(report_readiness(statuses, ready.clone()));
+    futures::future::join_all(runs).map(|_| ())
 }
 
 /// The CRD of `K` as YAML.
@@ -317,88 +367,6 @@ async fn report_readiness(
     }
 }
 
-/// Runs one reconcile with its metrics, resetting the object's backoff on success.
-///
-/// A panic in the reconcile does not take the process down (controller-runtime recovers
-/// them too): it is caught, logged, counted in `controller_runtime_reconcile_panics_total`
-/// and as an error, and the object is retried with backoff. The objects a panicking
-/// reconcile shares with others are only the context's caches and locks, which tolerate
-/// it (poisoned locks are recovered), hence the `AssertUnwindSafe`. This needs
-/// `panic = "unwind"` (the workspace's release profile).
-pub(crate) async fn guarded_reconcile<E>(
-    controller: &'static str,
-    key: &str,
-    metrics: &Metrics,
-    backoff: &ErrorBackoff,
-    reconcile: impl Future<Output = Result<Action, E>>,
-) -> Result<Action, E> {
-    let start = Instant::now();
-    let outcome = std::panic::AssertUnwindSafe(reconcile).catch_unwind().await;
-    let seconds = start.elapsed().as_secs_f64();
-    let result = match outcome {
-        Ok(result) => result,
-        Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "(no message)".to_owned());
-            metrics.reconcile_panicked(controller);
-            metrics.reconciled(controller, ReconcileResult::Error, seconds);
-            let wait = backoff.failed(key);
-            tracing::error!(controller, object = %key, panic = %message, retry_in = ?wait, "reconcile panicked; recovered");
-            return Ok(Action::requeue(wait));
-        }
-    };
-    let result_label = match &result {
-        Ok(action) if *action == Action::await_change() => ReconcileResult::Success,
-        Ok(_) => ReconcileResult::RequeueAfter,
-        Err(_) => ReconcileResult::Error,
-    };
-    if result.is_ok() {
-        backoff.succeeded(key);
-    }
-    metrics.reconciled(controller, result_label, seconds);
-    result
-}
-
-/// Logs what a controller stream reports; an object found deleted (a retry or a deferred
-/// trigger came after it was gone) is dropped from the backoff and the debounce.
-fn on_controller_result<K: Resource, E: ReconcileError>(
-    controller: &str,
-    result: Result<
-        (kube::runtime::reflector::ObjectRef<K>, Action),
-        controller::Error<E, kube::runtime::watcher::Error>,
-    >,
-    backoff: &ErrorBackoff,
-    debounce: &Debounce,
-) {
-    match result {
-        Ok(_) => {}
-        Err(controller::Error::ObjectNotFound(obj)) => {
-            let key = format!(
-                "{}/{}",
-                obj.namespace.as_deref().unwrap_or_default(),
-                obj.name
-            );
-            backoff.forget(&key);
-            debounce.forget(&key);
-            tracing::debug!(controller, object = %obj, "object gone before reconcile");
-        }
-        Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
-        // A failing watch: already logged with its namespace by the scope (`Scope::reflect`).
-        Err(controller::Error::QueueError(error)) => {
-            tracing::debug!(controller, %error, "watch error");
-        }
-        Err(error) => tracing::warn!(controller, %error, "controller error"),
-    }
-}
-
-/// `namespace/name` of an object.
-fn object_key<K: Resource>(obj: &K) -> String {
-    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
-}
-
 /// `Config::infer`: `$KUBECONFIG`, `~/.kube/config` or the in-cluster service account.
 async fn infer_config() -> Result<kube::Config, Error> {
     kube::Config::infer()
@@ -430,11 +398,7 @@ async fn check_crd_installed<K>(
     operator: &str,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + CustomResourceExt
-        + Clone
-        + DeserializeOwned
-        + Debug,
+    K: Watched + CustomResourceExt,
 {
     // Asked in each watched namespace until one answers: a namespace this operator may
     // not read (its RoleBinding gone) must not stop it from serving the others.
@@ -496,10 +460,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("failed")]
-    struct Failed;
+    use crate::backoff::Gate;
 
     /// Runs kube's applier (its scheduler, with `kube_debounce`) on one object triggered
     /// every 200 ms for 10 s; the reconciler asks `gate` first, as the runner's wrapper
@@ -548,7 +509,7 @@ mod tests {
                         return Ok(Action::requeue(wait));
                     }
                     runs.lock().unwrap().push(now - start);
-                    Ok::<_, Failed>(Action::await_change())
+                    Ok::<_, std::convert::Infallible>(Action::await_change())
                 }
                 .boxed()
             }
@@ -592,53 +553,5 @@ mod tests {
                 .await;
         assert_eq!(unbounded.len(), 1, "{unbounded:?}");
         assert!(unbounded[0] >= Duration::from_secs(10), "{unbounded:?}");
-    }
-
-    #[tokio::test]
-    async fn a_panicking_reconcile_is_recovered_counted_and_retried() {
-        let metrics = Metrics::new();
-        metrics.controller_started("test", 1);
-        let backoff = ErrorBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
-        let panicking = async {
-            if backoff.is_empty() {
-                panic!("boom");
-            }
-            Ok::<_, Failed>(Action::await_change())
-        };
-        let action = guarded_reconcile("test", "ns/a", &metrics, &backoff, panicking)
-            .await
-            .unwrap();
-        // Requeued with backoff; a second panic waits longer.
-        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
-        let again = guarded_reconcile("test", "ns/a", &metrics, &backoff, async {
-            panic!("{}", String::from("boom again"))
-        });
-        let action: Result<Action, Failed> = again.await;
-        assert_eq!(action.unwrap(), Action::requeue(Duration::from_secs(2)));
-        let text = metrics.encode();
-        assert!(
-            text.contains(r#"controller_runtime_reconcile_panics_total{controller="test"} 2"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"controller_runtime_reconcile_errors_total{controller="test"} 2"#),
-            "{text}"
-        );
-        // The process (this test) carries on, and the object reconciles normally again.
-        let ok = guarded_reconcile("test", "ns/a", &metrics, &backoff, async {
-            Ok::<_, Failed>(Action::await_change())
-        });
-        assert_eq!(ok.await.unwrap(), Action::await_change());
-        assert!(backoff.is_empty());
-        // Ordinary errors are returned for the error policy, not swallowed.
-        let err = guarded_reconcile("test", "ns/b", &metrics, &backoff, async {
-            Err::<Action, _>(Failed)
-        });
-        assert!(err.await.is_err());
-        assert!(
-            metrics
-                .encode()
-                .contains(r#"controller_runtime_reconcile_panics_total{controller="test"} 2"#)
-        );
     }
 }

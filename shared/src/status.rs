@@ -13,6 +13,7 @@ use crate::{
     conditions::HasConditions,
     error::Error,
     events::{Announce, Events, announcements},
+    run::Toolkit,
 };
 
 /// Patches the status of `obj` to `new` unless it already is `new`, then publishes the
@@ -51,4 +52,29 @@ where
         .announce(obj, &announcements(old, new.conditions(), announced))
         .await;
     Ok(true)
+}
+
+impl Toolkit {
+    /// [`publish_status`] of `obj` through the API of its namespace, announcing with this
+    /// operator's events: the tail of every reconcile.
+    ///
+    /// # Errors
+    /// As [`publish_status`].
+    pub async fn publish_status<K>(
+        &self,
+        obj: &K,
+        new: &K::Status,
+        announced: &[Announce],
+    ) -> Result<bool, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + HasStatus
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+        K::Status: Serialize + PartialEq + HasConditions,
+    {
+        let api = Api::namespaced(self.client.clone(), &obj.namespace().unwrap_or_default());
+        publish_status(&api, &self.events, obj, new, announced).await
+    }
 }

@@ -14,6 +14,8 @@ use std::{
 };
 
 pub use axum::http;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
 use kube::{Client, client::Body, core::Status};
 use serde_json::Value;
 
@@ -155,6 +157,17 @@ pub fn client(api: &Scripted) -> Client {
     Client::new(service, "default")
 }
 
+/// `obj` as the API server hands it out: in namespace `ns`, with UID `uid-1` and
+/// `generation`.
+#[must_use]
+pub fn stored<K: kube::Resource>(mut obj: K, generation: i64) -> K {
+    let meta = obj.meta_mut();
+    meta.namespace = Some("ns".into());
+    meta.uid = Some("uid-1".into());
+    meta.generation = Some(generation);
+    obj
+}
+
 /// The toolkit a reconcile gets, around `client`, for `operator`, watching everything.
 #[must_use]
 pub fn toolkit(client: Client, operator: Operator) -> Toolkit {
@@ -200,4 +213,68 @@ pub fn events(api: &Scripted) -> Vec<(String, String)> {
         })
         .map(|s| (text(&s.body["type"]), text(&s.body["reason"])))
         .collect()
+}
+
+/// Asserts that the events created through `api` were `expected`, as (type, reason) in
+/// order ([`events`]).
+///
+/// # Panics
+/// When they were not.
+pub fn assert_events(api: &Scripted, expected: &[(&str, &str)]) {
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(type_, reason)| ((*type_).to_owned(), (*reason).to_owned()))
+        .collect();
+    assert_eq!(events(api), expected);
+}
+
+/// The status of a pod in `phase` whose `Ready` condition is `ready`.
+#[must_use]
+pub fn pod_status(phase: &str, ready: bool) -> PodStatus {
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    }
+}
+
+/// Asserts that Deployment `d` selects its own pods (every label of its selector is on its
+/// pod template); returns the template's pod spec.
+///
+/// # Panics
+/// When it does not, or has no selector labels, template labels or pod spec.
+#[must_use]
+pub fn selected_pod_spec(d: &Deployment) -> &PodSpec {
+    let spec = d.spec.as_ref();
+    let selector = spec.and_then(|s| s.selector.match_labels.as_ref());
+    let template = spec.map(|s| &s.template);
+    let labels = template
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.as_ref());
+    let pod = template.and_then(|t| t.spec.as_ref());
+    let (Some(selector), Some(labels), Some(pod)) = (selector, labels, pod) else {
+        panic!("a Deployment without selector labels, template labels or pod spec: {d:?}");
+    };
+    assert!(
+        selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "{selector:?} does not select {labels:?}"
+    );
+    pod
+}
+
+/// Asserts that `pod` runs as the `restricted` Pod Security Standard asks at the pod level:
+/// no service account token, non-root, seccomp `RuntimeDefault`.
+///
+/// # Panics
+/// When it does not.
+pub fn assert_restricted_pod(pod: &PodSpec) {
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let psc = pod.security_context.as_ref();
+    assert_eq!(psc.and_then(|c| c.run_as_non_root), Some(true));
+    let seccomp = psc.and_then(|c| c.seccomp_profile.as_ref());
+    assert_eq!(seccomp.map(|p| p.type_.as_str()), Some("RuntimeDefault"));
 }

@@ -6,6 +6,8 @@
 //! test`, or by hand to use any cluster); without it, the local cluster is
 //! started on demand with `cargo xtask cluster up`.
 
+pub mod delivery;
+pub mod events;
 pub mod kinds;
 pub mod manifests;
 pub mod operator;
@@ -13,10 +15,15 @@ pub mod proxy;
 pub mod pulsar;
 pub mod rbac;
 
+pub use delivery::check_all_received;
+pub use events::{events_where, regards_uid, wait_events};
+pub use operator::watching_one;
+
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::runtime::watcher;
@@ -382,6 +389,14 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let _ = api.delete(name, &DeleteParams::default()).await?;
+    wait_gone(api, name).await
+}
+
+/// Waits (up to [`TIMEOUT`]) until `name` is gone from `api`.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
     wait_for(api, name, |o: Option<&K>| o.is_none()).await?;
     Ok(())
 }
@@ -405,6 +420,29 @@ where
 {
     let obj: K = serde_json::from_value(manifest)?;
     Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
+}
+
+/// The controller owner reference of `obj`, if it has one.
+pub fn controller_ref<K: Resource>(obj: &K) -> Option<&OwnerReference> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Whether the object with `uid` is the controller of `obj`.
+pub fn controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
+    controller_ref(obj).is_some_and(|r| r.uid == uid)
+}
+
+/// Every object of kind `K` in `ns`, in the order listed.
+pub async fn list_all<K>(ns: &TestNamespace) -> Result<Vec<K>>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    Ok(ns.api::<K>().list(&ListParams::default()).await?.items)
 }
 
 /// `kubectl scale <resource>/<name> --replicas=<replicas>` in `ns`: through the scale

@@ -7,7 +7,7 @@
 //! operator's ServiceAccount. Everything the operator does therefore goes
 //! through the RBAC rules in `deploy/`, which proves they are sufficient.
 
-use crate::{TIMEOUT, kubectl_runner, poll, target_dir, unique_suffix};
+use crate::{TIMEOUT, TestNamespace, kubectl_runner, poll, target_dir, unique_suffix};
 use anyhow::{Context, Result, bail};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
@@ -260,4 +260,17 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
             .flatten()
         })
         .sum()
+}
+
+/// Two namespaces, `<prefix>-watched` and `<prefix>-other`, and `operator` running with
+/// only the first as its watched namespace: the setup of every "outside the watched
+/// namespace" test.
+pub async fn watching_one(
+    operator: &str,
+    prefix: &str,
+) -> Result<(TestNamespace, TestNamespace, OperatorProcess)> {
+    let watched = TestNamespace::new(&format!("{prefix}-watched")).await?;
+    let other = TestNamespace::new(&format!("{prefix}-other")).await?;
+    let op = OperatorProcess::start(operator, &[&watched.name]).await?;
+    Ok((watched, other, op))
 }

@@ -1,12 +1,50 @@
 //! What an identity may do, as `kubectl auth can-i` reports it.
 
-use crate::kubectl_runner;
+use crate::{TestNamespace, kubectl_runner};
 use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::PostParams;
+use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
 /// The user name of an operator's ServiceAccount (`<operator>` in `<operator>-system`).
 pub fn operator_user(operator: &str) -> String {
     format!("system:serviceaccount:{operator}-system:{operator}")
+}
+
+/// Creates the ServiceAccount `sa_name` in `home` and, in each of `namespaces`, a Role
+/// named `operator` with `rules`, bound to that ServiceAccount: the identity of an
+/// operator installed for those namespaces only.
+pub async fn grant_roles(
+    operator: &str,
+    sa_name: &str,
+    rules: &Value,
+    home: &TestNamespace,
+    namespaces: &[&TestNamespace],
+) -> Result<()> {
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa_name}}))?;
+    home.api::<ServiceAccount>()
+        .create(&PostParams::default(), &sa)
+        .await?;
+    for ns in namespaces {
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": operator},
+            "rules": rules,
+        }))?;
+        ns.api::<Role>()
+            .create(&PostParams::default(), &role)
+            .await?;
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": operator},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": operator},
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": home.name}],
+        }))?;
+        ns.api::<RoleBinding>()
+            .create(&PostParams::default(), &binding)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Every (`resource[.group][/subresource]`, verb) `user` may use in `namespace`, from

@@ -10,13 +10,16 @@ use e2e::kinds::{
     wait_pulsar_consumer_ready,
 };
 use e2e::operator::OperatorProcess;
-use e2e::{TIMEOUT, TestNamespace, create_from_json, delete_and_wait, poll, wait_until};
+use e2e::{
+    TIMEOUT, TestNamespace, controlled_by, create_from_json, delete_and_wait, events_where, poll,
+    regards_uid, wait_until,
+};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::{Resource, ResourceExt};
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
@@ -77,18 +80,12 @@ fn reports_conflict(c: Option<&Condition>, status: &str, kind: &str, name: &str)
 
 /// The Warning events about the object with `uid`, with reason `NameConflict`.
 async fn conflict_warnings(ns: &TestNamespace, uid: &str) -> Result<Vec<Event>> {
-    Ok(ns
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid)
-                && e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some("NameConflict")
-        })
-        .collect())
+    events_where(ns, |e| {
+        regards_uid(e, uid)
+            && e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some("NameConflict")
+    })
+    .await
 }
 
 /// Waits for the operator to reconcile at least `n` more times (it looks at the conflict
@@ -220,9 +217,7 @@ async fn memcached_never_adopts_a_strangers_service() -> Result<()> {
     })
     .await?;
     ensure!(
-        svc.owner_references()
-            .iter()
-            .any(|r| r.uid == uid && r.controller == Some(true)),
+        controlled_by(&svc, &uid),
         "the new Service is the Memcached's: {:?}",
         svc.owner_references()
     );
@@ -253,9 +248,7 @@ async fn lolcow_never_adopts_a_strangers_service() -> Result<()> {
     wait_lolcow_ready(&ns, "moo").await?;
     let svc = ns.api::<Service>().get("moo").await?;
     ensure!(
-        svc.owner_references()
-            .iter()
-            .any(|r| r.uid == uid && r.controller == Some(true)),
+        controlled_by(&svc, &uid),
         "the new Service is the Lolcow's: {:?}",
         svc.owner_references()
     );
@@ -316,9 +309,7 @@ async fn pulsar_consumer_never_adopts_a_strangers_deployment() -> Result<()> {
     wait_pulsar_consumer_ready(&ns, "orders").await?;
     let d = ns.api::<Deployment>().get("orders-deployment").await?;
     ensure!(
-        d.owner_references()
-            .iter()
-            .any(|r| r.uid == uid && r.controller == Some(true)),
+        controlled_by(&d, &uid),
         "the new Deployment is the PulsarConsumer's: {:?}",
         d.owner_references()
     );

@@ -9,15 +9,14 @@ use anyhow::{Context, Result, bail, ensure};
 use e2e::kinds::{self, free_node_port};
 use e2e::manifests::{granted, kubectl_capture, kustomize, manifest_file, of_kind, write_json};
 use e2e::operator::{OperatorOptions, OperatorProcess, install, service_account_kubeconfig_for};
-use e2e::rbac::operator_user;
+use e2e::rbac::{grant_roles, operator_user};
 use e2e::{
     TestNamespace, assert_never_reconciled, can_i, create_from_json, kubectl_ok, repo_root,
     wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::api::{Api, ListParams};
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
 use podset_operator::api::PodSet;
@@ -365,27 +364,7 @@ async fn scoped_identity(
     b: &TestNamespace,
 ) -> Result<(String, PathBuf)> {
     let sa_name = format!("{operator}-scoped");
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa_name}}))?;
-    a.api::<ServiceAccount>()
-        .create(&PostParams::default(), &sa)
-        .await?;
-    for ns in [a, b] {
-        let role: Role = serde_json::from_value(json!({
-            "metadata": {"name": operator},
-            "rules": rules,
-        }))?;
-        ns.api::<Role>()
-            .create(&PostParams::default(), &role)
-            .await?;
-        let binding: RoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": operator},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": operator},
-            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": a.name}],
-        }))?;
-        ns.api::<RoleBinding>()
-            .create(&PostParams::default(), &binding)
-            .await?;
-    }
+    grant_roles(operator, &sa_name, rules, a, &[a, b]).await?;
     let user = format!("system:serviceaccount:{}:{sa_name}", a.name);
     Ok((user, service_account_kubeconfig_for(&a.name, &sa_name)?))
 }

@@ -10,8 +10,8 @@ use e2e::kinds::{
 };
 use e2e::operator::{OperatorOptions, OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
-    TIMEOUT, TestNamespace, assert_never_reconciled, can_i, create_from_json, kubectl_ok, wait_for,
-    wait_for_within,
+    TIMEOUT, TestNamespace, assert_never_reconciled, can_i, create_from_json, events_where,
+    kubectl_ok, wait_for, wait_for_within, wait_gone, watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use lolcow_operator::api::Lolcow;
+use lolcow_operator::desired::configured_greeting;
 use lolcow_operator::desired::fortune_for;
 use serde_json::{Value, json};
 
@@ -67,22 +68,6 @@ fn current(lc: &Lolcow) -> bool {
         .is_some_and(|s| s.observed_generation == lc.metadata.generation)
 }
 
-fn container_env(dep: &Deployment, var: &str) -> Option<String> {
-    dep.spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .iter()
-        .flatten()
-        .find(|e| e.name == var)?
-        .value
-        .clone()
-}
-
 fn service_node_port(svc: &Service) -> Option<i32> {
     svc.spec.as_ref()?.ports.as_ref()?.first()?.node_port
 }
@@ -95,18 +80,12 @@ fn reconciles(op: &OperatorProcess) -> Result<f64> {
 }
 
 async fn events_about(ns: &TestNamespace, name: &str) -> Result<Vec<Event>> {
-    Ok(ns
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().is_some_and(|r| {
-                r.kind.as_deref() == Some("Lolcow") && r.name.as_deref() == Some(name)
-            })
-        })
-        .collect())
+    events_where(ns, |e| {
+        e.regarding
+            .as_ref()
+            .is_some_and(|r| r.kind.as_deref() == Some("Lolcow") && r.name.as_deref() == Some(name))
+    })
+    .await
 }
 
 fn warnings(events: &[Event]) -> Vec<&Event> {
@@ -169,7 +148,7 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
     let c = &pod.containers[0];
     assert_eq!(c.image.as_deref(), Some("registry.example/lolcow-web:e2e"));
     assert_eq!(
-        container_env(&dep, "GREETING").as_deref(),
+        configured_greeting(&dep).as_deref(),
         Some("Hello, cluster!")
     );
     let cport = &c.ports.clone().unwrap_or_default()[0];
@@ -251,7 +230,7 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
     wait_for(&deployments, "moo", |d: Option<&Deployment>| {
         d.is_some_and(|d| {
             d.spec.as_ref().and_then(|s| s.replicas) == Some(1)
-                && container_env(d, "GREETING").as_deref() == Some("Hello, cluster!")
+                && configured_greeting(d).as_deref() == Some("Hello, cluster!")
         })
     })
     .await?;
@@ -267,8 +246,8 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
     ns.api::<Lolcow>()
         .delete("moo", &DeleteParams::background())
         .await?;
-    wait_for(&deployments, "moo", |d: Option<&Deployment>| d.is_none()).await?;
-    wait_for(&services, "moo", |s: Option<&Service>| s.is_none()).await?;
+    wait_gone(&deployments, "moo").await?;
+    wait_gone(&services, "moo").await?;
     Ok(())
 }
 
@@ -281,7 +260,7 @@ async fn lolcow_greeting_change_rolls_and_logs() -> Result<()> {
     wait_lolcow_ready(&ns, "talker").await?;
     let deployments: Api<Deployment> = ns.api();
     let before = deployments.get("talker").await?;
-    assert_eq!(container_env(&before, "GREETING").as_deref(), Some("Hello"));
+    assert_eq!(configured_greeting(&before).as_deref(), Some("Hello"));
 
     // A greeting change rolls the Deployment and is logged with the old and new values.
     patch_spec(&ns, "talker", json!({ "greeting": "Howdy" })).await?;
@@ -291,7 +270,7 @@ async fn lolcow_greeting_change_rolls_and_logs() -> Result<()> {
         Some("Howdy")
     );
     let after = deployments.get("talker").await?;
-    assert_eq!(container_env(&after, "GREETING").as_deref(), Some("Howdy"));
+    assert_eq!(configured_greeting(&after).as_deref(), Some("Howdy"));
     assert!(after.metadata.generation > before.metadata.generation);
     let log = op.log();
     let line = log
@@ -310,7 +289,7 @@ async fn lolcow_greeting_change_rolls_and_logs() -> Result<()> {
         Some(fortune)
     );
     assert_eq!(
-        container_env(&deployments.get("talker").await?, "GREETING").as_deref(),
+        configured_greeting(&deployments.get("talker").await?).as_deref(),
         Some(fortune)
     );
     Ok(())
@@ -481,9 +460,7 @@ async fn lolcow_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
 
 #[tokio::test]
 async fn lolcow_outside_watch_namespace_is_untouched() -> Result<()> {
-    let watched = TestNamespace::new("lolcow-watched").await?;
-    let other = TestNamespace::new("lolcow-other").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    let (watched, other, _op) = watching_one(OPERATOR, "lolcow").await?;
     let ignored_port = free_node_port(&other, "ignored", &[]).await?;
     create(&other, lolcow("ignored", ignored_port, None)).await?;
     let seen_port = free_node_port(&watched, "seen", &[ignored_port]).await?;

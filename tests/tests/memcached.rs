@@ -4,12 +4,11 @@ use anyhow::Result;
 use e2e::kinds::{MEMCACHED, assert_all_creates_rejected, memcached};
 use e2e::operator::{OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
-    TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_scale, poll,
-    wait_for, wait_until,
+    TIMEOUT, TestNamespace, assert_never_reconciled, controller_ref, create_from_json,
+    kubectl_scale, poll, regards_uid, wait_events, wait_for, wait_gone, wait_until, watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use memcached_operator::api::Memcached;
 use serde_json::{Value, json};
@@ -125,12 +124,7 @@ async fn memcached_converges_scales_and_repairs() -> Result<()> {
     let deployments: Api<Deployment> = ns.api();
     let services: Api<Service> = ns.api();
     let d = deployments.get("cache").await?;
-    let owner = d
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
+    let owner = controller_ref(&d)
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no controller owner"))?;
     assert_eq!(
@@ -267,23 +261,12 @@ async fn memcached_finalizer_flow_and_garbage_collection() -> Result<()> {
 
     let api: Api<Memcached> = ns.api();
     api.delete("gone", &DeleteParams::background()).await?;
-    wait_for(&api, "gone", |mc: Option<&Memcached>| mc.is_none()).await?;
+    wait_gone(&api, "gone").await?;
 
     // One Normal event (a deletion the user asked for is no problem), reason Finalizing,
     // about this Memcached.
-    let events: Api<Event> = ns.api();
-    let finalizing = poll("the Finalizing event", TIMEOUT, || async {
-        let found: Vec<Event> = events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
-                    && e.reason.as_deref() == Some("Finalizing")
-            })
-            .collect();
-        Ok((!found.is_empty()).then_some(found))
+    let finalizing = wait_events(&ns, "the Finalizing event", |e| {
+        regards_uid(e, &uid) && e.reason.as_deref() == Some("Finalizing")
     })
     .await?;
     assert_eq!(finalizing.len(), 1, "{finalizing:#?}");
@@ -292,8 +275,8 @@ async fn memcached_finalizer_flow_and_garbage_collection() -> Result<()> {
     // Garbage collection removes the children.
     let deployments: Api<Deployment> = ns.api();
     let services: Api<Service> = ns.api();
-    wait_for(&deployments, "gone", |d: Option<&Deployment>| d.is_none()).await?;
-    wait_for(&services, "gone", |s: Option<&Service>| s.is_none()).await?;
+    wait_gone(&deployments, "gone").await?;
+    wait_gone(&services, "gone").await?;
     poll("the memcached pods gone", TIMEOUT, || async {
         Ok(pod_names(&ns, "gone").await?.is_empty().then_some(()))
     })
@@ -323,13 +306,8 @@ async fn memcached_deleted_while_operator_down_completes_on_restart() -> Result<
     );
 
     let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
-    wait_for(&api, "later", |mc: Option<&Memcached>| mc.is_none()).await?;
-    wait_for(
-        &ns.api::<Deployment>(),
-        "later",
-        |d: Option<&Deployment>| d.is_none(),
-    )
-    .await?;
+    wait_gone(&api, "later").await?;
+    wait_gone(&ns.api::<Deployment>(), "later").await?;
     Ok(())
 }
 
@@ -397,9 +375,7 @@ async fn memcached_invalid_objects_are_rejected_naming_the_field() -> Result<()>
 
 #[tokio::test]
 async fn memcached_outside_watch_namespace_is_untouched() -> Result<()> {
-    let watched = TestNamespace::new("memcached-watched").await?;
-    let other = TestNamespace::new("memcached-other").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    let (watched, other, _op) = watching_one(OPERATOR, "memcached").await?;
     create(&other, memcached("ignored", 1)).await?;
     create(&watched, memcached("seen", 1)).await?;
     // Once the watched one converged, the operator has been running and listening; the

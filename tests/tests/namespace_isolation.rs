@@ -13,11 +13,12 @@ use e2e::manifests::{kustomize, of_kind};
 use e2e::operator::{
     OperatorOptions, OperatorProcess, http_get, install, service_account_kubeconfig_for,
 };
+use e2e::rbac::grant_roles;
 use e2e::{TIMEOUT, TestNamespace, create_from_json, kubectl_ok, kubectl_scale, poll, repo_root};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use memcached_operator::api::Memcached;
 use podset_operator::api::PodSet;
 use serde_json::{Value, json};
@@ -60,27 +61,7 @@ async fn scoped_identity(
 ) -> Result<(PathBuf, ClusterGrants)> {
     let rules = overlay_role_rules(operator)?;
     let sa_name = format!("{operator}-isolated");
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa_name}}))?;
-    home.api::<ServiceAccount>()
-        .create(&PostParams::default(), &sa)
-        .await?;
-    for ns in namespaces {
-        let role: Role = serde_json::from_value(json!({
-            "metadata": {"name": operator},
-            "rules": rules,
-        }))?;
-        ns.api::<Role>()
-            .create(&PostParams::default(), &role)
-            .await?;
-        let binding: RoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": operator},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": operator},
-            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": home.name}],
-        }))?;
-        ns.api::<RoleBinding>()
-            .create(&PostParams::default(), &binding)
-            .await?;
-    }
+    grant_roles(operator, &sa_name, &rules, home, namespaces).await?;
     // The overlay's cluster-wide grant on the operator's own kind, if it has one (the
     // Memcached finalizer), bound to this ServiceAccount under a name of the test's own.
     let objects = kustomize(&repo_root().join("deploy").join(operator).join("namespaced"))?;

@@ -5,7 +5,7 @@ use e2e::kinds::{PODSET, assert_all_creates_rejected, named_bad, podset};
 use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum, touch_and_wait_reconcile};
 use e2e::{
     PodWatch, TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, kubectl_ok,
-    kubectl_scale, live_pods_controlled_by, poll, wait_for, wait_until,
+    kubectl_scale, live_pods_controlled_by, poll, wait_for, wait_until, watching_one,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -334,9 +334,7 @@ async fn podset_invalid_objects_are_rejected_naming_the_field() -> Result<()> {
 
 #[tokio::test]
 async fn podset_outside_watch_namespace_is_untouched() -> Result<()> {
-    let watched = TestNamespace::new("podset-watched").await?;
-    let other = TestNamespace::new("podset-other").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    let (watched, other, _op) = watching_one(OPERATOR, "podset").await?;
     create(&other, podset("ignored", 2)).await?;
     create(&watched, podset("seen", 1)).await?;
     // Once the watched one converged, the operator has been running and

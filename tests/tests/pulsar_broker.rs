@@ -7,12 +7,11 @@
 //! broker exclusively; the others share it and may run in parallel.
 
 use anyhow::{Context, Result, ensure};
-use e2e::poll;
 use e2e::pulsar::{
     ConsumerProcess, Received, broker_port, exclusive_broker, expected_payloads, payload_counts,
     port_open, produce, restart_broker, shared_broker, unique_topic,
 };
-use std::collections::BTreeMap;
+use e2e::{check_all_received, poll};
 use std::time::{Duration, Instant};
 
 /// Deadline of every wait for consumers (debug builds on a shared machine).
@@ -42,29 +41,6 @@ async fn wait_acked(
         }
     })
     .await
-}
-
-/// Checks that the payloads in `counts` are exactly those produced (each at
-/// least once) and returns how many deliveries were duplicates.
-fn check_all_present(counts: &BTreeMap<String, usize>, expected: &[String]) -> Result<usize> {
-    let missing: Vec<&String> = expected
-        .iter()
-        .filter(|p| !counts.contains_key(*p))
-        .collect();
-    ensure!(
-        missing.is_empty(),
-        "{} of {} payloads were never received, e.g. {:?}",
-        missing.len(),
-        expected.len(),
-        missing.iter().take(5).collect::<Vec<_>>()
-    );
-    ensure!(
-        counts.len() == expected.len(),
-        "received {} distinct payloads, {} were sent",
-        counts.len(),
-        expected.len()
-    );
-    Ok(counts.values().map(|n| n - 1).sum())
 }
 
 fn logs_of(consumers: &[&ConsumerProcess]) -> Vec<Vec<Received>> {
@@ -100,7 +76,7 @@ async fn shared_subscription_delivers_each_message_once() -> Result<()> {
     );
     let logs = logs_of(&[&a, &b]);
     let counts = payload_counts(logs.iter().map(Vec::as_slice));
-    let duplicates = check_all_present(&counts, &expected_payloads("shared", N))?;
+    let duplicates = check_all_received(&counts, &expected_payloads("shared", N))?;
     let total: usize = logs.iter().map(Vec::len).sum();
     ensure!(
         duplicates == 0 && total as u64 == N,
@@ -191,7 +167,7 @@ async fn killed_consumer_loses_no_message() -> Result<()> {
         async move { Ok((counts.len() == want).then_some(counts)) }
     })
     .await?;
-    let duplicates = check_all_present(&counts, &expected)?;
+    let duplicates = check_all_received(&counts, &expected)?;
 
     let (cb, ca2) = (b.counters()?, a2.counters()?);
     ensure!(
@@ -308,7 +284,7 @@ async fn consumers_survive_a_broker_restart() -> Result<()> {
         }
     })
     .await?;
-    let duplicates = check_all_present(&counts, &expected)?;
+    let duplicates = check_all_received(&counts, &expected)?;
     let (ca, cb) = (a.counters()?, b.counters()?);
     ensure!(
         ca.reconnects >= 1 && cb.reconnects >= 1,

@@ -7,12 +7,12 @@ use anyhow::{Context, Result};
 use e2e::kinds::wait_pulsar_consumer_ready;
 use e2e::operator::{OperatorProcess, metric_sum, touch_and_wait_reconcile};
 use e2e::{
-    TIMEOUT, TestNamespace, assert_never_reconciled, create_from_json, dynamic_api, kubectl_ok,
-    kubectl_scale, poll, repo_root, target_dir, wait_for,
+    TIMEOUT, TestNamespace, assert_never_reconciled, controller_ref, create_from_json, dynamic_api,
+    kubectl_ok, kubectl_scale, poll, repo_root, target_dir, wait_events, wait_for, wait_gone,
+    watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use pulsar_consumer_operator::api::PulsarConsumer;
@@ -140,13 +140,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
     let uid = pc.metadata.uid.clone().unwrap_or_default();
     let deployments: Api<Deployment> = ns.api();
     let d = deployments.get(&deployment_name("orders")).await?;
-    let owner = d
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .context("the Deployment has a controller owner")?;
+    let owner = controller_ref(&d).context("the Deployment has a controller owner")?;
     assert_eq!(owner.uid, uid);
     assert_eq!(owner.kind, "PulsarConsumer");
     let labels = d.metadata.labels.clone().unwrap_or_default();
@@ -285,12 +279,7 @@ async fn pulsar_consumer_converges_updates_and_repairs() -> Result<()> {
     ns.api::<PulsarConsumer>()
         .delete("orders", &DeleteParams::background())
         .await?;
-    wait_for(
-        &deployments,
-        &deployment_name("orders"),
-        |d: Option<&Deployment>| d.is_none(),
-    )
-    .await?;
+    wait_gone(&deployments, &deployment_name("orders")).await?;
     Ok(())
 }
 
@@ -482,9 +471,7 @@ async fn pulsar_consumer_invalid_objects_are_rejected_naming_the_field() -> Resu
 
 #[tokio::test]
 async fn pulsar_consumer_outside_watch_namespace_is_untouched() -> Result<()> {
-    let watched = TestNamespace::new("pulsar-watched").await?;
-    let other = TestNamespace::new("pulsar-other").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&watched.name]).await?;
+    let (watched, other, _op) = watching_one(OPERATOR, "pulsar").await?;
     create(&other, consumer("ignored", sample_spec(1))).await?;
     create(&watched, consumer("seen", sample_spec(1))).await?;
     // Once the watched one converged, the operator has been running and listening; the
@@ -587,20 +574,10 @@ async fn pulsar_consumer_name_taken_by_another_deployment_is_reported() -> Resul
         })
     })
     .await?;
-    let events: Api<Event> = ns.api();
-    let warnings = poll("a Warning event", TIMEOUT, || async {
-        let found: Vec<Event> = events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some("NameConflict")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
-            })
-            .collect();
-        Ok((!found.is_empty()).then_some(found))
+    let warnings = wait_events(&ns, "a Warning event", |e| {
+        e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some("NameConflict")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
     })
     .await?;
     assert_eq!(warnings.len(), 1, "one Warning event: {warnings:#?}");

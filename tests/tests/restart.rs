@@ -6,10 +6,9 @@
 use anyhow::{Result, ensure};
 use e2e::kinds::{memcached, podset, wait_memcached_ready, wait_podset_ready};
 use e2e::operator::OperatorProcess;
-use e2e::{TestNamespace, create_from_json, poll};
+use e2e::{TestNamespace, create_from_json, list_all, poll};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::ListParams;
 use memcached_operator::api::Memcached;
 use podset_operator::api::PodSet;
 use std::collections::BTreeSet;
@@ -30,14 +29,8 @@ fn writes(log: &str) -> Vec<String> {
 }
 
 async fn pod_names(ns: &TestNamespace) -> Result<BTreeSet<String>> {
-    Ok(ns
-        .api::<Pod>()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect())
+    let pods = list_all::<Pod>(ns).await?;
+    Ok(pods.iter().map(ResourceExt::name_any).collect())
 }
 
 /// Starts the operator again on `ns` and waits until it reconciled every object and its

@@ -4,21 +4,22 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 
+use shared::testing::stored;
+
 use crate::api::{Lolcow, LolcowSpec};
 
 /// A Lolcow `moo` in namespace `ns`, generation 2.
 pub(crate) fn lolcow(port: i32, greeting: Option<&str>) -> Lolcow {
-    let mut lc = Lolcow::new(
-        "moo",
-        LolcowSpec {
-            port,
-            greeting: greeting.map(str::to_owned),
-        },
-    );
-    lc.metadata.namespace = Some("ns".into());
-    lc.metadata.uid = Some("uid-1".into());
-    lc.metadata.generation = Some(2);
-    lc
+    stored(
+        Lolcow::new(
+            "moo",
+            LolcowSpec {
+                port,
+                greeting: greeting.map(str::to_owned),
+            },
+        ),
+        2,
+    )
 }
 
 /// The time `s` seconds after the epoch.

@@ -1,26 +1,15 @@
-//! The `lolcow-operator` binary: wiring only.
+//! The `lolcow-operator` binary: wiring only (the command line is `shared`'s).
 
-use lolcow_operator::{Lolcow, OPERATOR, reconcile};
-use shared::{Cli, Command};
+use lolcow_operator::{
+    OPERATOR,
+    reconcile::{Context, controller, reconcile},
+};
 
 // One thread: an operator's work comes in small pieces (watch events, short reconciles)
 // that one core keeps up with; a pool of workers spent CPU waking each other to hand them on.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse_for(OPERATOR.name);
-    match cli.subcommand() {
-        Command::Crd => OPERATOR.print_crd::<Lolcow>()?,
-        Command::Run => {
-            let image = std::env::var("LOLCOW_IMAGE").ok();
-            OPERATOR
-                .run(
-                    cli.run,
-                    |toolkit| reconcile::Context::new(toolkit, image),
-                    reconcile::controller,
-                    reconcile::reconcile,
-                )
-                .await?;
-        }
-    }
-    Ok(())
+    Ok(OPERATOR
+        .run("LOLCOW_IMAGE", Context::new, controller, reconcile)
+        .await?)
 }

@@ -25,7 +25,6 @@ use shared::{
     conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
-    status::publish_status,
 };
 
 use crate::{
@@ -177,14 +176,9 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
         problem.as_ref(),
         conditions::now(),
     );
-    publish_status(
-        &Api::namespaced(client, &ns),
-        &ctx.toolkit.events,
-        lc.as_ref(),
-        &new_status,
-        &status::ANNOUNCED,
-    )
-    .await?;
+    ctx.toolkit
+        .publish_status(lc.as_ref(), &new_status, &status::ANNOUNCED)
+        .await?;
 
     if problem.is_some() {
         // The port may be freed, or the stranger holding a name deleted, without an event

@@ -7,12 +7,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::{
     api::{
         apps::v1::{Deployment, DeploymentStatus},
-        core::v1::{Pod, PodCondition, PodStatus},
+        core::v1::Pod,
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
 
-use shared::slim::SlimPod;
+use shared::{
+    slim::SlimPod,
+    testing::{pod_status, stored},
+};
 
 use crate::{
     api::{Memcached, MemcachedSpec},
@@ -22,17 +25,16 @@ use crate::{
 /// A Memcached `cache` in namespace `ns`, generation 2.
 pub(crate) fn memcached(size: i32, port: Option<i32>) -> Memcached {
     let port = port.unwrap_or(crate::api::DEFAULT_PORT);
-    let mut mc = Memcached::new(
-        "cache",
-        MemcachedSpec {
-            size,
-            container_port: port,
-        },
-    );
-    mc.metadata.namespace = Some("ns".into());
-    mc.metadata.uid = Some("uid-1".into());
-    mc.metadata.generation = Some(2);
-    mc
+    stored(
+        Memcached::new(
+            "cache",
+            MemcachedSpec {
+                size,
+                container_port: port,
+            },
+        ),
+        2,
+    )
 }
 
 /// The controller owner reference to the Memcached of [`memcached`].
@@ -66,15 +68,7 @@ pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> SlimPod {
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+        status: Some(pod_status("Running", ready)),
     }
     .into()
 }

@@ -28,7 +28,6 @@ use shared::{
     namespaces::ScopedStores,
     ownership::{Claim, claim},
     slim::{Slim, SlimPod},
-    status::publish_status,
 };
 
 use crate::{
@@ -332,14 +331,9 @@ async fn update_status(
         .collect();
     let pods: Vec<&SlimPod> = pods.into_iter().map(AsRef::as_ref).collect();
     let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
-    publish_status(
-        &Api::namespaced(ctx.toolkit.client.clone(), ns),
-        &ctx.toolkit.events,
-        mc,
-        &new_status,
-        announced,
-    )
-    .await?;
+    ctx.toolkit
+        .publish_status(mc, &new_status, announced)
+        .await?;
     Ok(())
 }
 
@@ -350,7 +344,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{memcached, mocked_client};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use shared::testing::{Reply, Scripted, events, toolkit};
+    use shared::testing::{Reply, Scripted, assert_events, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
@@ -427,12 +421,9 @@ mod tests {
                     EVENT
                 ]
             );
-            assert_eq!(
-                events(&api),
-                [
-                    ("Normal".to_owned(), "Reconciling".to_owned()),
-                    ("Warning".to_owned(), "ApplyFailed".to_owned())
-                ]
+            assert_events(
+                &api,
+                &[("Normal", "Reconciling"), ("Warning", "ApplyFailed")],
             );
         }
     }
@@ -485,9 +476,6 @@ mod tests {
             format!("PATCH {MEMCACHED}"),
         );
         assert_eq!(api.lines(), [get.as_str(), &status, EVENT, &remove]);
-        assert_eq!(
-            events(&api),
-            [("Normal".to_owned(), "Finalizing".to_owned())]
-        );
+        assert_events(&api, &[("Normal", "Finalizing")]);
     }
 }

@@ -144,23 +144,9 @@ pub fn plan(ps: &PodSet, active: &[&SlimPod]) -> Plan {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::api::PodSetSpec;
-    use crate::fixtures::{pod_created as pod, t};
+    use crate::fixtures::{pod_created as pod, podset, t};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    fn podset(replicas: i32) -> PodSet {
-        let mut ps = PodSet::new(
-            "demo",
-            PodSetSpec {
-                replicas,
-                image: None,
-            },
-        );
-        ps.metadata.namespace = Some("ns".into());
-        ps.metadata.uid = Some("uid-1".into());
-        ps.metadata.generation = Some(3);
-        ps
-    }
+    use shared::testing::assert_restricted_pod;
 
     #[test]
     fn pod_is_restricted_and_owned() {
@@ -176,10 +162,7 @@ mod tests {
         assert_eq!(orefs[0].uid, "uid-1");
         assert_eq!(orefs[0].controller, Some(true));
         let spec = p.spec.unwrap();
-        assert_eq!(spec.automount_service_account_token, Some(false));
-        let psc = spec.security_context.unwrap();
-        assert_eq!(psc.run_as_non_root, Some(true));
-        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        assert_restricted_pod(&spec);
         let c = &spec.containers[0];
         assert_eq!(c.image.as_deref(), Some("mirror.local/busybox:1"));
         assert_eq!(c.command.clone().unwrap(), ["sleep", "3600"]);

@@ -1,9 +1,14 @@
 //! Test fixtures shared by the unit tests of several modules.
 #![allow(clippy::unwrap_used)]
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use shared::slim::SlimPod;
+use shared::{
+    slim::SlimPod,
+    testing::{pod_status, stored},
+};
+
+use crate::api::{PodSet, PodSetSpec};
 
 /// A pod named `name` in `phase` whose `Ready` condition is `ready`, as the cache holds it.
 pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
@@ -13,15 +18,7 @@ pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(PodStatus {
-            phase: Some(phase.into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+        status: Some(pod_status(phase, ready)),
     }
     .into()
 }
@@ -36,4 +33,18 @@ pub(crate) fn pod_created(name: &str, phase: &str, ready: bool, created: i64) ->
 /// Second `s` of the epoch.
 pub(crate) fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(s).unwrap()
+}
+
+/// The PodSet `ns/demo` (UID `uid-1`, generation 3) asking for `replicas` pods.
+pub(crate) fn podset(replicas: i32) -> PodSet {
+    stored(
+        PodSet::new(
+            "demo",
+            PodSetSpec {
+                replicas,
+                image: None,
+            },
+        ),
+        3,
+    )
 }

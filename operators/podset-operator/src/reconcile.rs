@@ -23,7 +23,6 @@ use shared::{
     conditions,
     namespaces::ScopedStores,
     slim::SlimPod,
-    status::publish_status,
 };
 
 use crate::{
@@ -163,6 +162,10 @@ fn forget_if_deleted(expectations: &Expectations, store: &Store<PodSet>, ps: &Po
 
 /// Brings the pods of one PodSet to `spec.replicas` and records what it saw in the status.
 ///
+/// The steps: relabel the pods of ours that lost their labels, repair edited labels, and,
+/// once the earlier creates and deletes have shown up in the cache, create the missing
+/// pods and delete the extra ones; then the status.
+///
 /// # Errors
 /// [`Error`] on API failures; the runner retries with per-object backoff.
 pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -175,98 +178,42 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
         ctx.strays.forget(&uid);
         return Ok(Action::await_change());
     }
-    let client = ctx.toolkit.client.clone();
-    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod_api: Api<Pod> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
     let owned = ctx.pods.by_key(&ns, &uid);
     // Ours, but unlabelled: relabelled (back in the watch) and counted as they are.
     let returned = relabel_strays(&ps, &uid, &owned, &pod_api, &ctx).await?;
-    let cached = |name: &str| match owned.iter().find(|p| p.name_any() == name) {
-        None => Cached::Absent,
-        Some(p) if p.metadata.deletion_timestamp.is_some() => Cached::Terminating,
-        Some(_) => Cached::Present,
-    };
-    let active: Vec<&SlimPod> = owned
-        .iter()
-        .map(AsRef::as_ref)
-        .chain(returned.iter())
-        .filter(|p| desired::is_active(p))
-        .collect();
-
+    let active = active_pods(&owned, &returned);
     // Repair labels someone edited on our pods (ownership is by UID; the labels keep the
     // scale selector and `kubectl get -l app=...` truthful).
     repair_labels(&ps, &active, &pod_api, ctx.toolkit.operator.name).await?;
 
-    let mut create_error = None;
-    let mut acted = false;
+    let cached = |name: &str| cached_state(&owned, name);
     let satisfied = ctx.expectations.satisfied(&uid, cached, Instant::now());
+    let mut scaled = Scaled::default();
     if satisfied {
         let plan = desired::plan(&ps, &active);
-        acted = plan.create > 0 || !plan.delete.is_empty();
+        scaled.acted = plan.create > 0 || !plan.delete.is_empty();
         if plan.create > 0 {
-            tracing::info!(create = plan.create, "scaling up");
-            let owner = owner_reference(ps.as_ref())?;
-            let pod = desired::desired_pod(&ps, owner, &ctx.default_image);
-            for _ in 0..plan.create {
-                match pod_api
-                    .create(
-                        &PostParams {
-                            field_manager: Some(ctx.toolkit.operator.name.to_owned()),
-                            ..PostParams::default()
-                        },
-                        &pod,
-                    )
-                    .await
-                {
-                    Ok(created) => ctx.expectations.created(
-                        &uid,
-                        &created.name_any(),
-                        |n| match ctx.pods.find(&ns, n) {
-                            None => Cached::Absent,
-                            Some(_) => Cached::Present,
-                        },
-                        Instant::now(),
-                    ),
-                    // A namespace being deleted refuses new pods; nothing to do.
-                    Err(e) if namespace_terminating(&e) => return Ok(Action::await_change()),
-                    Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
-                        create_error = Some(s.message.clone());
-                        break;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+            match create_missing(&ps, &ns, &uid, plan.create, &pod_api, &ctx).await? {
+                Created::All => {}
+                Created::Refused(message) => scaled.create_error = Some(message),
+                // A namespace being deleted refuses new pods; nothing to do.
+                Created::NamespaceTerminating => return Ok(Action::await_change()),
             }
         }
-        for name in &plan.delete {
-            tracing::info!(pod = %name, "scaling down: deleting pod");
-            ctx.expectations.deleting(&uid, name, Instant::now());
-            match pod_api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    ctx.expectations.delete_failed(&uid, name);
-                    return Err(e.into());
-                }
-            }
-        }
+        delete_extra(&uid, &plan.delete, &pod_api, &ctx).await?;
     }
 
-    let writes_pending = !satisfied || acted;
-    let new_status = status::status(
+    let writes_pending = !satisfied || scaled.acted;
+    update_status(
         &ps,
         &active,
         writes_pending,
-        create_error.as_deref(),
-        conditions::now(),
-    );
-    publish_status(
-        &Api::namespaced(client, &ns),
-        &ctx.toolkit.events,
-        ps.as_ref(),
-        &new_status,
-        &status::ANNOUNCED,
+        scaled.create_error.as_deref(),
+        &ctx,
     )
     .await?;
-    if let Some(msg) = create_error {
+    if let Some(msg) = scaled.create_error {
         return Err(Error::CreatePods(msg));
     }
     if !satisfied {
@@ -274,6 +221,123 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(Action::requeue(ctx.expectations.timeout()));
     }
     Ok(Action::await_change())
+}
+
+/// What the scaling step of [`reconcile`] did.
+#[derive(Debug, Default)]
+struct Scaled {
+    /// Whether it planned any create or delete (the status then says writes are pending).
+    acted: bool,
+    /// Why the API server refused to create pods, if it did.
+    create_error: Option<String>,
+}
+
+/// How [`create_missing`] ended.
+#[derive(Debug)]
+enum Created {
+    /// Every pod was created.
+    All,
+    /// The API server refused a pod (quota, admission, invalid image name): the message.
+    Refused(String),
+    /// The namespace is being deleted.
+    NamespaceTerminating,
+}
+
+/// Whether pod `name` is in the cache of the PodSet's pods (`owned`), and terminating.
+fn cached_state(owned: &[Arc<SlimPod>], name: &str) -> Cached {
+    match owned.iter().find(|p| p.name_any() == name) {
+        None => Cached::Absent,
+        Some(p) if p.metadata.deletion_timestamp.is_some() => Cached::Terminating,
+        Some(_) => Cached::Present,
+    }
+}
+
+/// The pods that count: the cached pods of the PodSet (`owned`) and the strays just
+/// relabelled (`returned`), those neither finished nor terminating ([`desired::is_active`]).
+fn active_pods<'a>(owned: &'a [Arc<SlimPod>], returned: &'a [SlimPod]) -> Vec<&'a SlimPod> {
+    owned
+        .iter()
+        .map(AsRef::as_ref)
+        .chain(returned.iter())
+        .filter(|p| desired::is_active(p))
+        .collect()
+}
+
+/// Creates `count` pods for the PodSet (`ns`, `uid`), telling the expectations of each;
+/// stops at the first one the API server refuses.
+async fn create_missing(
+    ps: &PodSet,
+    ns: &str,
+    uid: &str,
+    count: usize,
+    api: &Api<Pod>,
+    ctx: &Context,
+) -> Result<Created, Error> {
+    tracing::info!(create = count, "scaling up");
+    let owner = owner_reference(ps)?;
+    let pod = desired::desired_pod(ps, owner, &ctx.default_image);
+    let params = PostParams {
+        field_manager: Some(ctx.toolkit.operator.name.to_owned()),
+        ..PostParams::default()
+    };
+    for _ in 0..count {
+        match api.create(&params, &pod).await {
+            Ok(created) => ctx.expectations.created(
+                uid,
+                &created.name_any(),
+                |n| match ctx.pods.find(ns, n) {
+                    None => Cached::Absent,
+                    Some(_) => Cached::Present,
+                },
+                Instant::now(),
+            ),
+            Err(e) if namespace_terminating(&e) => return Ok(Created::NamespaceTerminating),
+            Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
+                return Ok(Created::Refused(s.message));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Created::All)
+}
+
+/// Deletes the pods `names` of the PodSet `uid`, telling the expectations first; a pod
+/// already gone is fine.
+async fn delete_extra(
+    uid: &str,
+    names: &[String],
+    api: &Api<Pod>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    for name in names {
+        tracing::info!(pod = %name, "scaling down: deleting pod");
+        ctx.expectations.deleting(uid, name, Instant::now());
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                ctx.expectations.delete_failed(uid, name);
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Describes the PodSet's active pods in its status (with `create_error` as `Degraded`),
+/// and announces the transitions ([`status::ANNOUNCED`]).
+async fn update_status(
+    ps: &PodSet,
+    active: &[&SlimPod],
+    writes_pending: bool,
+    create_error: Option<&str>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let new_status = status::status(ps, active, writes_pending, create_error, conditions::now());
+    ctx.toolkit
+        .publish_status(ps, &new_status, &status::ANNOUNCED)
+        .await?;
+    Ok(())
 }
 
 /// Reads each stray pod of the PodSet `uid` (it left the watch, see [`Strays`]) and, when
@@ -404,7 +468,7 @@ mod tests {
     /// Reconcile against a scripted API server: the answers a real cluster rarely gives.
     mod api {
         use super::*;
-        use shared::testing::{Reply, Scripted, events, reconcile_scripted, toolkit};
+        use shared::testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
 
         const STATUS: &str =
             "PATCH /apis/batch.tutorial.kubebuilder.io/v1/namespaces/ns/podsets/ps/status";
@@ -478,12 +542,9 @@ mod tests {
                     .find(|c| c["type"] == "Degraded")
                     .unwrap();
                 assert_eq!(degraded["reason"], "FailedCreate");
-                assert_eq!(
-                    events(&api),
-                    [
-                        ("Normal".to_owned(), "PodsNotReady".to_owned()),
-                        ("Warning".to_owned(), "FailedCreate".to_owned())
-                    ]
+                assert_events(
+                    &api,
+                    &[("Normal", "PodsNotReady"), ("Warning", "FailedCreate")],
                 );
             }
         }

@@ -100,27 +100,10 @@ pub fn status(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::api::PodSetSpec;
-    use crate::fixtures::{pod, t};
+    use crate::fixtures::{pod, podset, t};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use shared::{
-        conditions::{find, is_true},
-        events::announcements,
-    };
-
-    fn podset(replicas: i32) -> PodSet {
-        let mut ps = PodSet::new(
-            "demo",
-            PodSetSpec {
-                replicas,
-                image: None,
-            },
-        );
-        ps.metadata.namespace = Some("ns".into());
-        ps.metadata.uid = Some("uid-1".into());
-        ps.metadata.generation = Some(3);
-        ps
-    }
+    use shared::conditions::{find, is_true};
+    use shared::events::announcements;
 
     #[test]
     fn status_and_conditions() {

@@ -182,6 +182,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::consumer;
+    use shared::testing::{assert_restricted_pod, selected_pod_spec};
 
     #[test]
     fn deployment_is_restricted_owned_and_configured() {
@@ -205,17 +206,8 @@ mod tests {
         assert_eq!(spec.replicas, Some(3));
         let selector = spec.selector.match_labels.unwrap();
         assert!(!selector.contains_key("app"));
-        let template_labels = spec.template.metadata.unwrap().labels.unwrap();
-        assert!(
-            selector
-                .iter()
-                .all(|(k, v)| template_labels.get(k) == Some(v))
-        );
-        let pod = spec.template.spec.unwrap();
-        assert_eq!(pod.automount_service_account_token, Some(false));
-        let psc = pod.security_context.unwrap();
-        assert_eq!(psc.run_as_non_root, Some(true));
-        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let pod = selected_pod_spec(&d);
+        assert_restricted_pod(pod);
         let c = &pod.containers[0];
         assert_eq!(c.name, CONTAINER);
         assert_eq!(c.image.as_deref(), Some("mirror.local/pulsar-consumer:1"));

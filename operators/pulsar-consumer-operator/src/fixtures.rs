@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 
+use shared::testing::stored;
+
 use crate::{
     api::{PulsarConsumer, PulsarConsumerSpec},
     desired::desired_deployment,
@@ -13,19 +15,19 @@ use crate::{
 
 /// A PulsarConsumer `orders` in namespace `ns`, generation 2, without autoscaling.
 pub(crate) fn consumer(replicas: i32) -> PulsarConsumer {
-    let mut pc = PulsarConsumer::new(
-        "orders",
-        PulsarConsumerSpec {
-            server_address: "pulsar://broker:6650".into(),
-            topic: "my-topic".into(),
-            subscription_name: "first-subscription".into(),
-            replicas,
-            autoscaling: None,
-        },
+    let mut pc = stored(
+        PulsarConsumer::new(
+            "orders",
+            PulsarConsumerSpec {
+                server_address: "pulsar://broker:6650".into(),
+                topic: "my-topic".into(),
+                subscription_name: "first-subscription".into(),
+                replicas,
+                autoscaling: None,
+            },
+        ),
+        2,
     );
-    pc.metadata.namespace = Some("ns".into());
-    pc.metadata.uid = Some("uid-1".into());
-    pc.metadata.generation = Some(2);
     pc.metadata.labels = Some(BTreeMap::from([("app".into(), "mine".into())]));
     pc
 }

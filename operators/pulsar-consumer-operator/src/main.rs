@@ -1,26 +1,15 @@
-//! The `pulsar-consumer-operator` binary: wiring only.
+//! The `pulsar-consumer-operator` binary: wiring only (the command line is `shared`'s).
 
-use pulsar_consumer_operator::{OPERATOR, PulsarConsumer, reconcile};
-use shared::{Cli, Command};
+use pulsar_consumer_operator::{
+    OPERATOR,
+    reconcile::{Context, IMAGE_ENV, controller, reconcile},
+};
 
 // One thread: an operator's work comes in small pieces (watch events, short reconciles)
 // that one core keeps up with; a pool of workers spent CPU waking each other to hand them on.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse_for(OPERATOR.name);
-    match cli.subcommand() {
-        Command::Crd => OPERATOR.print_crd::<PulsarConsumer>()?,
-        Command::Run => {
-            let image = std::env::var(reconcile::IMAGE_ENV).ok();
-            OPERATOR
-                .run(
-                    cli.run,
-                    |toolkit| reconcile::Context::new(toolkit, image),
-                    reconcile::controller,
-                    reconcile::reconcile,
-                )
-                .await?;
-        }
-    }
-    Ok(())
+    Ok(OPERATOR
+        .run(IMAGE_ENV, Context::new, controller, reconcile)
+        .await?)
 }

@@ -20,13 +20,12 @@ use shared::{
     conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
-    status::publish_status,
 };
 
 use crate::{
     OPERATOR, admin,
     api::{Autoscaling, PulsarConsumer},
-    autoscale::{self, History, Policy, Reading, Why},
+    autoscale::{self, Decision, History, Policy, Reading, Why},
     desired,
     poll::{self, Pollers},
     status::{self, Problem, REASON_INVALID_AUTOSCALING, REASON_NAME_CONFLICT, Scaling},
@@ -178,14 +177,9 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         pc.metadata.generation,
         now,
     );
-    publish_status(
-        &Api::namespaced(client, &ns),
-        &ctx.toolkit.events,
-        pc.as_ref(),
-        &new_status,
-        &status::ANNOUNCED,
-    )
-    .await?;
+    ctx.toolkit
+        .publish_status(pc.as_ref(), &new_status, &status::ANNOUNCED)
+        .await?;
     if let Some((s, from)) = &scaling
         && s.decision.replicas != *from
         && problem.is_none()
@@ -265,16 +259,7 @@ fn autoscale(
             .ok()
             .map(|&backlog| Reading { at: o.at, backlog })
     });
-    let decide = |history: &mut History| {
-        let current = current_replicas(pc, history, &policy, deployment);
-        let decision = autoscale::decide(&policy, history, current, reading, now.as_second());
-        history.replicas = Some(decision.replicas);
-        (decision, current)
-    };
-    let (decision, current) = ctx
-        .pollers
-        .with_history(pc, decide)
-        .unwrap_or_else(|| decide(&mut History::default()));
+    let (decision, current) = decide(pc, ctx, &policy, deployment, reading, now);
     Some((
         Scaling {
             reading: observation.map(|o| o.result.map_err(|e| (e.reason(), e.to_string()))),
@@ -294,16 +279,7 @@ fn no_reading(
     now: jiff::Timestamp,
     message: String,
 ) -> (Scaling, i32) {
-    let decide = |history: &mut History| {
-        let current = current_replicas(pc, history, policy, deployment);
-        let decision = autoscale::decide(policy, history, current, None, now.as_second());
-        history.replicas = Some(decision.replicas);
-        (decision, current)
-    };
-    let (decision, current) = ctx
-        .pollers
-        .with_history(pc, decide)
-        .unwrap_or_else(|| decide(&mut History::default()));
+    let (decision, current) = decide(pc, ctx, policy, deployment, None, now);
     (
         Scaling {
             reading: Some(Err((REASON_INVALID_AUTOSCALING, message))),
@@ -312,6 +288,28 @@ fn no_reading(
         },
         current,
     )
+}
+
+/// The autoscaler's decision for `pc` on `reading` (`None`: no usable reading), made with
+/// and recorded in the history this process keeps of `pc` (a fresh one when it keeps
+/// none); returns it with the replica count it started from ([`current_replicas`]).
+fn decide(
+    pc: &PulsarConsumer,
+    ctx: &Context,
+    policy: &Policy,
+    deployment: Option<&Deployment>,
+    reading: Option<Reading>,
+    now: jiff::Timestamp,
+) -> (Decision, i32) {
+    let decide = |history: &mut History| {
+        let current = current_replicas(pc, history, policy, deployment);
+        let decision = autoscale::decide(policy, history, current, reading, now.as_second());
+        history.replicas = Some(decision.replicas);
+        (decision, current)
+    };
+    ctx.pollers
+        .with_history(pc, decide)
+        .unwrap_or_else(|| decide(&mut History::default()))
 }
 
 /// The count the autoscaler starts from: its own last decision in this process, else the
@@ -385,7 +383,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::consumer;
-    use shared::testing::{Reply, Scripted, events, reconcile_scripted, toolkit};
+    use shared::testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
     const APPLY_DEPLOYMENT: &str =
@@ -399,6 +397,38 @@ mod tests {
         reconcile_scripted(pc, replies, context, reconcile).await
     }
 
+    /// Reconciles a PulsarConsumer of one replica whose Deployment is created and whose
+    /// status write is answered `code` with `message`; asserts that nothing came after it.
+    async fn run_status_answered(code: u16, message: &str) -> Result<Action, Error> {
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::Echo,
+            Reply::error(code, message),
+        ];
+        let (result, api) = run(consumer(1), replies).await;
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
+        result
+    }
+
+    /// Reconciles a PulsarConsumer of one replica whose Deployment is absent and whose
+    /// create is answered `code` with `message`; asserts that the status and one event were
+    /// written after it (they succeed).
+    async fn run_refused(code: u16, message: &str) -> (Result<Action, Error>, Scripted) {
+        let pc = consumer(1);
+        let replies = vec![
+            Reply::error(404, "not found"),
+            Reply::error(code, message),
+            Reply::Object(serde_json::to_value(&pc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run(pc, replies).await;
+        assert_eq!(
+            api.lines(),
+            [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
+        );
+        (result, api)
+    }
+
     #[tokio::test]
     async fn a_refused_deployment_is_reported_and_retried() {
         for (code, message) in [
@@ -408,72 +438,33 @@ mod tests {
             ),
             (422, "Deployment.apps \"orders-deployment\" is invalid"),
         ] {
-            let pc = consumer(1);
-            let replies = vec![
-                Reply::error(404, "not found"),
-                Reply::error(code, message),
-                Reply::Object(serde_json::to_value(&pc).unwrap()),
-                Reply::Echo,
-            ];
-            let (result, api) = run(pc, replies).await;
+            let (result, api) = run_refused(code, message).await;
             assert!(
                 matches!(result, Err(Error::Rejected(ref m)) if m.contains(message)),
                 "{result:?}"
             );
-            assert_eq!(
-                api.lines(),
-                [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
-            );
-            assert_eq!(
-                events(&api),
-                [("Warning".to_owned(), "DeploymentRejected".to_owned())]
-            );
+            assert_events(&api, &[("Warning", "DeploymentRejected")]);
         }
     }
 
     #[tokio::test]
     async fn a_namespace_being_deleted_is_no_error() {
-        let pc = consumer(1);
         let message = "deployments.apps \"orders-deployment\" is forbidden: unable to create new content in namespace ns because it is being terminated";
-        let replies = vec![
-            Reply::error(404, "not found"),
-            Reply::error(403, message),
-            Reply::Object(serde_json::to_value(&pc).unwrap()),
-            Reply::Echo,
-        ];
-        let (result, api) = run(pc, replies).await;
+        let (result, api) = run_refused(403, message).await;
         assert_eq!(result.unwrap(), Action::await_change());
         // The status still says what is (no Deployment), with a Normal event.
-        assert_eq!(
-            api.lines(),
-            [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
-        );
-        assert_eq!(
-            events(&api),
-            [("Normal".to_owned(), "DeploymentMissing".to_owned())]
-        );
+        assert_events(&api, &[("Normal", "DeploymentMissing")]);
     }
 
     #[tokio::test]
     async fn status_write_404_is_no_error() {
-        let replies = vec![
-            Reply::error(404, "not found"),
-            Reply::Echo,
-            Reply::error(404, "not found"),
-        ];
-        let (result, api) = run(consumer(1), replies).await;
+        let result = run_status_answered(404, "not found").await;
         assert_eq!(result.unwrap(), Action::await_change());
-        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
     }
 
     #[tokio::test]
     async fn status_write_409_is_retried() {
-        let replies = vec![
-            Reply::error(404, "not found"),
-            Reply::Echo,
-            Reply::error(409, "the object has been modified"),
-        ];
-        let (result, api) = run(consumer(1), replies).await;
+        let result = run_status_answered(409, "the object has been modified").await;
         assert!(
             matches!(
                 result,
@@ -481,6 +472,5 @@ mod tests {
             ),
             "{result:?}"
         );
-        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS]);
     }
 }

@@ -1,0 +1,227 @@
+//! What surrounds every reconcile: the wait for its scope's watches, the bounded
+//! debounce, metrics and a log span, panic recovery, and the per-object error backoff.
+
+use std::{future::Future, sync::Arc, time::Instant};
+
+use futures::FutureExt;
+use kube::{
+    Resource, ResourceExt,
+    runtime::controller::{self, Action},
+};
+use tracing::Instrument;
+
+use crate::{
+    backoff::{Debounce, ErrorBackoff, Gate},
+    error::ReconcileError,
+    metrics::{Metrics, ReconcileResult},
+    namespaces::ScopeStatus,
+};
+
+/// The operator's reconcile as the controllers call it, with what surrounds each call:
+/// metrics, a log span, the bounded debounce and the per-object error backoff.
+pub(super) struct Guard<K, Ctx, Fut> {
+    /// The `controller` label of metrics and logs.
+    pub(super) controller: &'static str,
+    /// Where reconciles are counted and timed.
+    pub(super) metrics: Metrics,
+    /// The per-object error backoff.
+    pub(super) backoff: ErrorBackoff,
+    /// `--reconcile-debounce`, applied here rather than by kube's `Config::debounce`:
+    /// kube's is a plain trailing debounce (every trigger pushes the object's deadline back
+    /// by the debounce again), so a child event every 200 ms with a 500 ms debounce would
+    /// postpone the reconcile for as long as the events keep coming. kube runs with no
+    /// debounce instead, and [`Guard::reconcile`] asks [`Debounce`] first: a deferred
+    /// trigger returns a requeue after the remaining quiet time (kube keeps one pending
+    /// time per object, so the latest trigger wins), and an object waits at most
+    /// [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT) after its first deferred trigger.
+    pub(super) debounce: Debounce,
+    /// The operator's reconcile.
+    pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
+}
+
+impl<K: Resource, Ctx, Fut> Guard<K, Ctx, Fut> {
+    /// Reconciles `obj` once every watch of its scope (`synced`) has its first full list:
+    /// kube's Controller only waits for the primary store, and a reconcile that sees the
+    /// children's cache still empty would, after a restart, create children that already
+    /// exist. Each scope waits for its own watches only, so a namespace whose watches fail
+    /// (its RoleBinding removed, say) does not hold back the others: it is logged, retried
+    /// by the watcher's backoff, and named in the `/readyz` body.
+    pub(super) fn reconcile<E>(
+        self: Arc<Self>,
+        mut synced: tokio::sync::watch::Receiver<ScopeStatus>,
+        obj: Arc<K>,
+        ctx: Arc<Ctx>,
+    ) -> impl Future<Output = Result<Action, E>>
+    where
+        Fut: Future<Output = Result<Action, E>>,
+    {
+        let controller = self.controller;
+        let key = object_key(obj.as_ref());
+        let span = tracing::info_span!("reconcile", controller, object = %key);
+        async move {
+            let queued = self.metrics.queued(controller);
+            // An error means the runner is shutting down; the reconcile then runs on
+            // whatever the caches hold, as before.
+            let _ = synced.wait_for(ScopeStatus::synced).await;
+            // tokio's clock (the same as std's outside paused-time tests).
+            let now = tokio::time::Instant::now().into_std();
+            if let Gate::Wait(wait) = self.debounce.check(&key, now) {
+                return Ok(Action::requeue(wait));
+            }
+            let _worker = queued.start();
+            let reconcile = (self.reconcile)(obj, ctx);
+            guarded_reconcile(controller, &key, &self.metrics, &self.backoff, reconcile).await
+        }
+        .instrument(span)
+    }
+
+    /// The error policy: logs the failure and retries the object after its backoff.
+    pub(super) fn error_policy<E: ReconcileError>(&self, obj: &K, error: &E) -> Action {
+        let key = object_key(obj);
+        let wait = self.backoff.failed(&key);
+        tracing::warn!(controller = self.controller, object = %key, %error, kind = error.metric_label(), retry_in = ?wait, "reconcile failed");
+        Action::requeue(wait)
+    }
+}
+
+/// Runs one reconcile with its metrics, resetting the object's backoff on success.
+///
+/// A panic in the reconcile does not take the process down (controller-runtime recovers
+/// them too): it is caught, logged, counted in `controller_runtime_reconcile_panics_total`
+/// and as an error, and the object is retried with backoff. The objects a panicking
+/// reconcile shares with others are only the context's caches and locks, which tolerate
+/// it (poisoned locks are recovered), hence the `AssertUnwindSafe`. This needs
+/// `panic = "unwind"` (the workspace's release profile).
+pub(crate) async fn guarded_reconcile<E>(
+    controller: &'static str,
+    key: &str,
+    metrics: &Metrics,
+    backoff: &ErrorBackoff,
+    reconcile: impl Future<Output = Result<Action, E>>,
+) -> Result<Action, E> {
+    let start = Instant::now();
+    let outcome = std::panic::AssertUnwindSafe(reconcile).catch_unwind().await;
+    let seconds = start.elapsed().as_secs_f64();
+    let result = match outcome {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_owned());
+            metrics.reconcile_panicked(controller);
+            metrics.reconciled(controller, ReconcileResult::Error, seconds);
+            let wait = backoff.failed(key);
+            tracing::error!(controller, object = %key, panic = %message, retry_in = ?wait, "reconcile panicked; recovered");
+            return Ok(Action::requeue(wait));
+        }
+    };
+    let result_label = match &result {
+        Ok(action) if *action == Action::await_change() => ReconcileResult::Success,
+        Ok(_) => ReconcileResult::RequeueAfter,
+        Err(_) => ReconcileResult::Error,
+    };
+    if result.is_ok() {
+        backoff.succeeded(key);
+    }
+    metrics.reconciled(controller, result_label, seconds);
+    result
+}
+
+/// Logs what a controller stream reports; an object found deleted (a retry or a deferred
+/// trigger came after it was gone) is dropped from the backoff and the debounce.
+pub(super) fn on_controller_result<K: Resource, E: ReconcileError>(
+    controller: &str,
+    result: Result<
+        (kube::runtime::reflector::ObjectRef<K>, Action),
+        controller::Error<E, kube::runtime::watcher::Error>,
+    >,
+    backoff: &ErrorBackoff,
+    debounce: &Debounce,
+) {
+    match result {
+        Ok(_) => {}
+        Err(controller::Error::ObjectNotFound(obj)) => {
+            let key = format!(
+                "{}/{}",
+                obj.namespace.as_deref().unwrap_or_default(),
+                obj.name
+            );
+            backoff.forget(&key);
+            debounce.forget(&key);
+            tracing::debug!(controller, object = %obj, "object gone before reconcile");
+        }
+        Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
+        // A failing watch: already logged with its namespace by the scope (`Scope::reflect`).
+        Err(controller::Error::QueueError(error)) => {
+            tracing::debug!(controller, %error, "watch error");
+        }
+        Err(error) => tracing::warn!(controller, %error, "controller error"),
+    }
+}
+
+/// `namespace/name` of an object.
+fn object_key<K: Resource>(obj: &K) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed")]
+    struct Failed;
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_recovered_counted_and_retried() {
+        let metrics = Metrics::new();
+        metrics.controller_started("test", 1);
+        let backoff = ErrorBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        let panicking = async {
+            if backoff.is_empty() {
+                panic!("boom");
+            }
+            Ok::<_, Failed>(Action::await_change())
+        };
+        let action = guarded_reconcile("test", "ns/a", &metrics, &backoff, panicking)
+            .await
+            .unwrap();
+        // Requeued with backoff; a second panic waits longer.
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let again = guarded_reconcile("test", "ns/a", &metrics, &backoff, async {
+            panic!("{}", String::from("boom again"))
+        });
+        let action: Result<Action, Failed> = again.await;
+        assert_eq!(action.unwrap(), Action::requeue(Duration::from_secs(2)));
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"controller_runtime_reconcile_panics_total{controller="test"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"controller_runtime_reconcile_errors_total{controller="test"} 2"#),
+            "{text}"
+        );
+        // The process (this test) carries on, and the object reconciles normally again.
+        let ok = guarded_reconcile("test", "ns/a", &metrics, &backoff, async {
+            Ok::<_, Failed>(Action::await_change())
+        });
+        assert_eq!(ok.await.unwrap(), Action::await_change());
+        assert!(backoff.is_empty());
+        // Ordinary errors are returned for the error policy, not swallowed.
+        let err = guarded_reconcile("test", "ns/b", &metrics, &backoff, async {
+            Err::<Action, _>(Failed)
+        });
+        assert!(err.await.is_err());
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"controller_runtime_reconcile_panics_total{controller="test"} 2"#)
+        );
+    }
+}
