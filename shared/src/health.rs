@@ -286,9 +286,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::metrics_auth::test_files::{cert_files, write_self_signed};
-    use crate::metrics_auth::{Decision, Reviewer};
-    use futures::future::BoxFuture;
+    use crate::metrics_auth::test_files::{FakeReviewer, cert_files, write_self_signed};
     use std::time::Instant;
     use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpStream;
@@ -375,28 +373,6 @@ mod tests {
         assert!(opened.elapsed() >= timeout - Duration::from_millis(200));
     }
 
-    /// Allows token `reader`, knows `stranger` but forbids it.
-    struct Fake;
-
-    impl Reviewer for Fake {
-        fn review<'a>(
-            &'a self,
-            token: &'a str,
-            verb: &'a str,
-            path: &'a str,
-        ) -> BoxFuture<'a, Result<Decision, kube::Error>> {
-            Box::pin(async move {
-                Ok(match token {
-                    "reader" if verb == "get" && path == "/metrics" => {
-                        Decision::Allowed { user: token.into() }
-                    }
-                    "reader" | "stranger" => Decision::Forbidden { user: token.into() },
-                    _ => Decision::Unauthenticated,
-                })
-            })
-        }
-    }
-
     #[tokio::test]
     async fn secure_metrics_answer_401_403_and_200() {
         let (dir, files) = cert_files("health-tls-test");
@@ -408,7 +384,7 @@ mod tests {
                 metrics: local(),
                 metrics_security: MetricsSecurity::Secure {
                     tls: metrics_auth::tls_config(Some(&files)).unwrap(),
-                    authorizer: Arc::new(Authorizer::new(Fake)),
+                    authorizer: Arc::new(Authorizer::new(FakeReviewer::default())),
                 },
                 health: None,
                 limits: LIMITS,
@@ -517,7 +493,7 @@ mod tests {
                 metrics: addr,
                 metrics_security: MetricsSecurity::Secure {
                     tls: metrics_auth::tls_config(None).unwrap(),
-                    authorizer: Arc::new(Authorizer::new(Fake)),
+                    authorizer: Arc::new(Authorizer::new(FakeReviewer::default())),
                 },
                 health: addr,
                 limits: LIMITS,

@@ -508,7 +508,12 @@ pub(crate) mod test_files {
     #![allow(clippy::unwrap_used)]
 
     use super::CertFiles;
+    use super::{BoxFuture, Decision, Reviewer};
     use std::path::PathBuf;
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
 
     /// `tls.crt` and `tls.key` (not written yet) in a fresh temporary folder named after
     /// `tag` and this process; returns the folder too, for the test to remove.
@@ -533,20 +538,13 @@ pub(crate) mod test_files {
         std::fs::write(&files.key, generated.signing_key.serialize_pem()).unwrap();
         generated.cert.der().clone()
     }
-}
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    /// A reviewer for the tests: allows `reader` for `get /metrics`, knows `stranger` but
+    /// forbids it, fails on `broken`; counts the reviews it made.
+    #[derive(Default)]
+    pub(crate) struct FakeReviewer(pub(crate) Arc<AtomicUsize>);
 
-    use super::test_files::{cert_files, write_self_signed};
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// Allows `good` for `get /metrics`, knows `other` but forbids it, fails on `broken`.
-    struct Fake(Arc<AtomicUsize>);
-
-    impl Reviewer for Fake {
+    impl Reviewer for FakeReviewer {
         fn review<'a>(
             &'a self,
             token: &'a str,
@@ -556,26 +554,35 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
                 match token {
-                    "good" if verb == "get" && path == "/metrics" => Ok(Decision::Allowed {
-                        user: "good".into(),
-                    }),
-                    "good" | "other" => Ok(Decision::Forbidden { user: token.into() }),
+                    "reader" if verb == "get" && path == "/metrics" => {
+                        Ok(Decision::Allowed { user: token.into() })
+                    }
+                    "reader" | "stranger" => Ok(Decision::Forbidden { user: token.into() }),
                     "broken" => Err(kube::Error::LinesCodecMaxLineLengthExceeded),
                     _ => Ok(Decision::Unauthenticated),
                 }
             })
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::test_files::{FakeReviewer, cert_files, write_self_signed};
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[tokio::test]
     async fn answers_are_cached_per_token_verb_and_path_errors_are_not() {
         let calls = Arc::new(AtomicUsize::new(0));
-        let auth = Authorizer::new(Fake(calls.clone()));
+        let auth = Authorizer::new(FakeReviewer(calls.clone()));
         for _ in 0..3 {
             assert_eq!(
-                auth.decide("good", "get", "/metrics").await.unwrap(),
+                auth.decide("reader", "get", "/metrics").await.unwrap(),
                 Decision::Allowed {
-                    user: "good".into()
+                    user: "reader".into()
                 }
             );
         }
@@ -585,11 +592,11 @@ mod tests {
             "one review for three scrapes"
         );
         assert!(matches!(
-            auth.decide("good", "post", "/metrics").await.unwrap(),
+            auth.decide("reader", "post", "/metrics").await.unwrap(),
             Decision::Forbidden { .. }
         ));
         assert!(matches!(
-            auth.decide("other", "get", "/metrics").await.unwrap(),
+            auth.decide("stranger", "get", "/metrics").await.unwrap(),
             Decision::Forbidden { .. }
         ));
         assert_eq!(
