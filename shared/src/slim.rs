@@ -83,45 +83,72 @@ pub fn lean_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D
 }
 
 /// A Pod as the operators cache it: its metadata without `managedFields`, `status.phase`
-/// and the type and status of each condition. Watched and listed as the `v1` `pods`
+/// and whether its `Ready` condition is `True`. Watched and listed as the `v1` `pods`
 /// resource; every other field of the API object is skipped while parsing.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct SlimPod {
     /// The pod's metadata.
     #[serde(default, deserialize_with = "lean_meta")]
     pub metadata: ObjectMeta,
-    /// `status.phase` and `status.conditions`, when the pod has a status.
+    /// `status.phase` and readiness, when the pod has a status.
     #[serde(default)]
     pub status: Option<SlimPodStatus>,
 }
 
 /// The part of a pod's status the operators read.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 pub struct SlimPodStatus {
     /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
     #[serde(default)]
     pub phase: Option<String>,
-    /// The conditions' types and statuses.
-    #[serde(default, deserialize_with = "null_as_empty")]
-    pub conditions: Vec<SlimCondition>,
+    /// Whether `status.conditions` has `Ready` at `True`. Read while parsing: the
+    /// conditions themselves (five per running pod, two strings each) are not kept, which
+    /// took about 250 bytes per cached pod.
+    #[serde(default, rename = "conditions", deserialize_with = "ready_condition")]
+    pub ready: bool,
 }
 
-/// A pod condition's type and status (`True`, `False`, `Unknown`).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct SlimCondition {
-    /// `Ready`, `PodScheduled`, `ContainersReady`...
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
+/// One entry of `status.conditions`, borrowed from the input while it is read.
+#[derive(Deserialize)]
+struct ConditionRef<'a> {
+    #[serde(rename = "type", borrow)]
+    type_: Cow<'a, str>,
+    #[serde(borrow)]
+    status: Cow<'a, str>,
 }
 
-fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+impl ConditionRef<'_> {
+    fn is_ready(&self) -> bool {
+        self.type_ == "Ready" && self.status == "True"
+    }
+}
+
+/// Reads `status.conditions` (a list, or `null`) into whether `Ready` is `True`.
+fn ready_condition<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct Conditions;
+    impl<'de> serde::de::Visitor<'de> for Conditions {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of pod conditions or null")
+        }
+        fn visit_unit<E>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_none<E>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_seq(self)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            let mut ready = false;
+            while let Some(c) = seq.next_element::<ConditionRef<'de>>()? {
+                ready |= c.is_ready();
+            }
+            Ok(ready)
+        }
+    }
+    d.deserialize_option(Conditions)
 }
 
 impl SlimPod {
@@ -134,11 +161,7 @@ impl SlimPod {
     /// Whether the pod's `Ready` condition is `True`.
     #[must_use]
     pub fn ready(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
+        self.status.as_ref().is_some_and(|s| s.ready)
     }
 
     /// `metadata.deletionTimestamp`: set once the pod is being deleted.
@@ -157,15 +180,11 @@ impl From<Pod> for SlimPod {
             },
             status: pod.status.map(|s| SlimPodStatus {
                 phase: s.phase,
-                conditions: s
+                ready: s
                     .conditions
                     .unwrap_or_default()
-                    .into_iter()
-                    .map(|c| SlimCondition {
-                        type_: c.type_,
-                        status: c.status,
-                    })
-                    .collect(),
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"),
             }),
         }
     }
@@ -435,6 +454,21 @@ mod tests {
         }))
         .unwrap();
         assert!(!not_ready.ready());
+        // Escaped strings cannot be borrowed from the input; they are read all the same.
+        let escaped: SlimPod = serde_json::from_str(
+            r#"{"metadata": {"name": "p"}, "status": {"conditions": [
+                {"type": "PodScheduled", "status": "True", "reason": "x"},
+                {"type": "Re\u0061dy", "status": "Tru\u0065", "lastTransitionTime": null}]}}"#,
+        )
+        .unwrap();
+        assert!(escaped.ready());
+        let bad =
+            serde_json::from_str::<SlimPod>(r#"{"status": {"conditions": {"type": "Ready"}}}"#);
+        assert!(
+            bad.unwrap_err()
+                .to_string()
+                .contains("a list of pod conditions")
+        );
     }
 
     #[test]
