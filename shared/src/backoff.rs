@@ -10,10 +10,11 @@
 //! trigger it deferred, so a constant stream of child events cannot postpone it forever.
 
 use std::{
-    collections::HashMap,
     sync::{Mutex, MutexGuard},
     time::{Duration, Instant},
 };
+
+use crate::expiring::Expiring;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -25,12 +26,21 @@ struct Failures {
     last: Instant,
 }
 
+impl Default for Failures {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            last: Instant::now(),
+        }
+    }
+}
+
 /// Failure counts per object key (`namespace/name`).
 #[derive(Debug)]
 pub struct ErrorBackoff {
     base: Duration,
     max: Duration,
-    failures: Mutex<HashMap<String, Failures>>,
+    failures: Mutex<Expiring<Failures>>,
 }
 
 impl Default for ErrorBackoff {
@@ -47,7 +57,9 @@ impl ErrorBackoff {
         Self {
             base,
             max,
-            failures: Mutex::default(),
+            // An object that keeps failing fails again at least every `max` (plus its
+            // reconcile time): twice that without a failure, it was deleted unseen.
+            failures: Mutex::new(Expiring::new(max.saturating_mul(2))),
         }
     }
 
@@ -61,17 +73,15 @@ impl ErrorBackoff {
     /// least every `max` (plus its reconcile time), so those are objects deleted while a
     /// retry was pending and whose deletion was not seen (e.g. during a watch gap).
     pub fn failed_at(&self, key: &str, now: Instant) -> Duration {
-        let stale_after = self.max.saturating_mul(2);
         let n = {
             let mut f = lock(&self.failures);
-            f.retain(|k, e| k == key || now.saturating_duration_since(e.last) <= stale_after);
-            let e = f.entry(key.to_owned()).or_insert(Failures {
-                count: 0,
-                last: now,
-            });
+            f.prune(now, key, |e| Some(e.last));
+            let e = f.entry_or_default(key);
             e.count = e.count.saturating_add(1);
             e.last = now;
-            e.count
+            let n = e.count;
+            f.touched(now);
+            n
         };
         let factor = 2u32.saturating_pow(n.saturating_sub(1).min(20));
         self.base.saturating_mul(factor).min(self.max)
@@ -125,17 +135,19 @@ struct Deferred {
 pub struct Debounce {
     quiet: Duration,
     max_wait: Duration,
-    deferred: Mutex<HashMap<String, Deferred>>,
+    deferred: Mutex<Expiring<Deferred>>,
 }
 
 impl Debounce {
     /// A debounce of `quiet` (zero: none) bounded by `max_wait`.
     #[must_use]
     pub fn new(quiet: Duration, max_wait: Duration) -> Self {
+        let max_wait = max_wait.max(quiet);
         Self {
             quiet,
-            max_wait: max_wait.max(quiet),
-            deferred: Mutex::default(),
+            max_wait,
+            // Entries whose object was deleted while deferred (and not pruned by `forget`).
+            deferred: Mutex::new(Expiring::new(max_wait.saturating_mul(2))),
         }
     }
 
@@ -145,12 +157,11 @@ impl Debounce {
             return Gate::Run;
         }
         let mut deferred = lock(&self.deferred);
-        // Entries whose object was deleted while deferred (and not pruned by `forget`).
-        let stale_after = self.max_wait.saturating_mul(2);
-        deferred.retain(|k, d| k == key || now.saturating_duration_since(d.last) <= stale_after);
+        deferred.prune(now, key, |d| Some(d.last));
+        deferred.touched(now);
         let Some(d) = deferred.get_mut(key) else {
             deferred.insert(
-                key.to_owned(),
+                key,
                 Deferred {
                     first: now,
                     last: now,

@@ -29,6 +29,8 @@ pub mod error;
 #[cfg(feature = "operator")]
 pub mod events;
 #[cfg(feature = "operator")]
+pub mod expiring;
+#[cfg(feature = "operator")]
 pub mod health;
 #[cfg(feature = "operator")]
 pub mod leader;

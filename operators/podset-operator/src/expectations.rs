@@ -9,10 +9,12 @@
 //! Pure bookkeeping: time and the cache are passed in, so it is unit-tested without a cluster.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::BTreeSet,
     sync::Mutex,
     time::{Duration, Instant},
 };
+
+use shared::expiring::Expiring;
 
 /// What the cache shows of one pod name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +38,7 @@ struct Pending {
 #[derive(Debug)]
 pub struct Expectations {
     timeout: Duration,
-    pending: Mutex<HashMap<String, Pending>>,
+    pending: Mutex<Expiring<Pending>>,
 }
 
 impl Default for Expectations {
@@ -51,7 +53,11 @@ impl Expectations {
     pub fn new(timeout: Duration) -> Self {
         Self {
             timeout,
-            pending: Mutex::default(),
+            // An entry whose last write is more than twice the timeout old: a live PodSet
+            // with such an entry was requeued at the timeout and cleared it, so these
+            // belong to PodSets deleted without their deletion being seen (e.g. during a
+            // watch gap).
+            pending: Mutex::new(Expiring::new(timeout.saturating_mul(2))),
         }
     }
 
@@ -61,23 +67,20 @@ impl Expectations {
         self.timeout
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, Pending>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Expiring<Pending>) -> R) -> R {
         match self.pending.lock() {
             Ok(mut p) => f(&mut p),
             Err(poisoned) => f(&mut poisoned.into_inner()),
         }
     }
 
-    /// Drops entries whose last write is more than twice the timeout old: a live PodSet
-    /// with such an entry was requeued at the timeout and cleared it, so these belong to
-    /// PodSets deleted without their deletion being seen (e.g. during a watch gap).
-    fn sweep(p: &mut HashMap<String, Pending>, keep: &str, now: Instant, timeout: Duration) {
-        let stale_after = timeout.saturating_mul(2);
-        p.retain(|uid, e| {
-            uid == keep
-                || e.since
-                    .is_none_or(|s| now.saturating_duration_since(s) <= stale_after)
-        });
+    /// Records a write for PodSet `uid` at `now`, after dropping stale entries.
+    fn record<'a>(p: &'a mut Expiring<Pending>, uid: &str, now: Instant) -> &'a mut Pending {
+        p.prune(now, uid, |e| e.since);
+        p.touched(now);
+        let e = p.entry_or_default(uid);
+        e.since = Some(now);
+        e
     }
 
     /// How many PodSets have writes in flight.
@@ -96,26 +99,19 @@ impl Expectations {
     /// it *now* (checked under the same lock as [`Expectations::observe`], so a watch event
     /// that raced ahead of this call is not missed).
     pub fn created(&self, uid: &str, name: &str, cached: impl Fn(&str) -> Cached, now: Instant) {
-        let timeout = self.timeout;
         self.with(|p| {
-            Self::sweep(p, uid, now, timeout);
             if cached(name) != Cached::Absent {
+                p.prune(now, uid, |e| e.since);
                 return;
             }
-            let e = p.entry(uid.to_owned()).or_default();
-            e.creates.insert(name.to_owned());
-            e.since = Some(now);
+            Self::record(p, uid, now).creates.insert(name.to_owned());
         });
     }
 
     /// Records that pod `name` of PodSet `uid` is about to be deleted.
     pub fn deleting(&self, uid: &str, name: &str, now: Instant) {
-        let timeout = self.timeout;
         self.with(|p| {
-            Self::sweep(p, uid, now, timeout);
-            let e = p.entry(uid.to_owned()).or_default();
-            e.deletes.insert(name.to_owned());
-            e.since = Some(now);
+            Self::record(p, uid, now).deletes.insert(name.to_owned());
         });
     }
 

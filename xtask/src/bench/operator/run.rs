@@ -9,7 +9,7 @@ use super::session::{Session, Target};
 use super::watch::create_strangers;
 use crate::bench::common::git_commit;
 use crate::bench::machine::Machine;
-use anyhow::{Result, ensure};
+use anyhow::{Result, anyhow, ensure};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
@@ -53,9 +53,33 @@ pub(super) async fn bench(
         client: &client,
         namespace: &namespace,
     };
-    let result = run_phases(&target).await;
+    // Ctrl-C or SIGTERM mid-run: the phases are dropped (which stops the operator, so it
+    // cannot put a finalizer back), then the same clean-up as after a finished run.
+    let result = tokio::select! {
+        result = run_phases(&target) => result,
+        signal = interrupted() => {
+            println!("    {signal}: stopping the operator, deleting {namespace}");
+            Err(anyhow!("interrupted by {signal}"))
+        }
+    };
     cleanup(&client, op, &namespace).await;
     result
+}
+
+/// Waits for SIGINT (Ctrl-C) or SIGTERM and names it; never ends when the handlers
+/// cannot be installed.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut interrupt), Ok(mut terminate)) => tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        },
+        _ => std::future::pending().await,
+    }
 }
 
 /// Every phase, in order; the record they fill.
