@@ -42,7 +42,7 @@ struct KeyIndex<K> {
 /// Names by (namespace, key), and each object's key by (namespace, name), per namespace so
 /// the namespace is held once, with boxed strings and a list per key: at 10,000 pods the
 /// earlier layout (a set per key and tuples of owned strings in two flat maps) took about
-/// 600 bytes per pod, this one about 150.
+/// 600 bytes per pod, this one about 210 (heaptrack, 2,000 PodSets).
 #[derive(Default)]
 struct Names {
     namespaces: HashMap<Box<str>, NamespaceNames>,
