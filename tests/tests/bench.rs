@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -49,6 +50,8 @@ async fn an_interrupted_bench_stops_its_operator_and_deletes_its_namespace() -> 
             "1",
         ])
         .arg("--quick")
+        // A group of its own: a failed test stops the bench with its cargo build.
+        .process_group(0)
         .stdout(Stdio::from(out.try_clone()?))
         .stderr(Stdio::from(out))
         .spawn()
@@ -60,15 +63,38 @@ async fn an_interrupted_bench_stops_its_operator_and_deletes_its_namespace() -> 
         Ok(child.try_wait()?)
     };
 
-    // Its namespace, once the operator has put its finalizer on all three Memcacheds.
-    // The bench builds the image binaries first (already built when the image tests ran).
+    // The bench builds the image binaries first: cold, that takes minutes (the image
+    // tests, which run later, then find them built). Then its namespace, once the
+    // operator has put its finalizer on all three Memcacheds.
     let memcacheds = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "Memcached"),
         "memcacheds",
     );
+    let built = poll(
+        "the bench to build its binaries and start",
+        Duration::from_secs(2400),
+        || async {
+            if let Some(status) = exited()? {
+                anyhow::bail!("the bench ended ({status}); see {}", log.display());
+            }
+            let output = std::fs::read_to_string(&log)?;
+            Ok(output.contains("    namespace bench-").then_some(()))
+        },
+    )
+    .await;
+    // On a failure: SIGTERM to the whole group (the bench cleans up after it).
+    let stop = || {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{pid}")])
+            .status();
+    };
+    if let Err(e) = built {
+        stop();
+        return Err(e);
+    }
     let wait = poll(
         "the bench's three Memcacheds with their finalizer",
-        Duration::from_secs(900),
+        Duration::from_secs(300),
         || async {
             if let Some(status) = exited()? {
                 anyhow::bail!(
@@ -95,9 +121,7 @@ async fn an_interrupted_bench_stops_its_operator_and_deletes_its_namespace() -> 
     let namespace = match wait {
         Ok(namespace) => namespace,
         Err(e) => {
-            if let Ok(mut child) = bench.lock() {
-                let _ = child.kill();
-            }
+            stop();
             return Err(e);
         }
     };
