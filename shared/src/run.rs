@@ -52,6 +52,8 @@ pub struct Toolkit {
     pub operator: Operator,
     /// What is watched; nothing outside may be touched.
     pub watch_namespaces: WatchNamespaces,
+    /// Status writes the cache has not shown yet ([`Toolkit::publish_status`]).
+    pub status_writes: std::sync::Arc<crate::status::StatusWrites>,
 }
 
 impl Debug for Toolkit {
@@ -168,6 +170,7 @@ impl Operator {
             metrics: metrics.clone(),
             operator: self,
             watch_namespaces: watch.clone(),
+            status_writes: std::sync::Arc::default(),
         }
     }
 

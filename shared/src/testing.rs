@@ -177,6 +177,7 @@ pub fn toolkit(client: Client, operator: Operator) -> Toolkit {
         metrics: Metrics::new(),
         operator,
         watch_namespaces: WatchNamespaces::All,
+        status_writes: std::sync::Arc::default(),
     }
 }
 

@@ -550,6 +550,48 @@ mod tests {
         }
 
         #[tokio::test]
+        async fn a_status_write_the_cache_has_not_shown_is_not_repeated() {
+            let writes = Arc::new(shared::status::StatusWrites::default());
+            let run = |ps: PodSet, replies: Vec<Reply>| {
+                let writes = Arc::clone(&writes);
+                let context = move |client| {
+                    let mut toolkit = toolkit(client, crate::OPERATOR);
+                    toolkit.status_writes = writes;
+                    Context::new(toolkit, None)
+                };
+                reconcile_scripted(ps, replies, context, reconcile)
+            };
+            let mut ps = podset(0);
+            ps.metadata.resource_version = Some("1".into());
+            let answer = object(&ps);
+            let replies = || vec![answer.clone(), Reply::Echo, Reply::Echo, Reply::Echo];
+            let (result, api) = run(ps.clone(), replies()).await;
+            result.unwrap();
+            assert_eq!(api.lines()[0], STATUS);
+            assert_eq!(writes.len(), 1);
+            // Triggered again before the watch showed the write: the cache still holds
+            // version 1 without a status. Nothing is written, no event repeated.
+            let (result, api) = run(ps.clone(), replies()).await;
+            result.unwrap();
+            assert!(api.lines().is_empty(), "{:?}", api.lines());
+            // The cache shows a newer version whose status is not ours (someone reset
+            // it): written again.
+            ps.metadata.resource_version = Some("3".into());
+            let (result, api) = run(ps.clone(), replies()).await;
+            result.unwrap();
+            assert_eq!(api.lines()[0], STATUS);
+            let written = api.seen()[0].body["status"].clone();
+            // Once the cache shows the object as written (a newer version with that
+            // status), nothing is written and nothing is remembered.
+            ps.metadata.resource_version = Some("4".into());
+            ps.status = Some(serde_json::from_value(written).unwrap());
+            let (result, api) = run(ps, replies()).await;
+            result.unwrap();
+            assert!(api.lines().is_empty(), "{:?}", api.lines());
+            assert!(writes.is_empty());
+        }
+
+        #[tokio::test]
         async fn a_namespace_being_deleted_stops_quietly() {
             let message = "pods \"ps-pod-x\" is forbidden: unable to create new content in namespace ns because it is being terminated";
             let (result, api) = run(podset(1), vec![Reply::error(403, message)]).await;
