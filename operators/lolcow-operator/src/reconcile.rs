@@ -25,6 +25,7 @@ use shared::{
     conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    slim::Slim,
 };
 
 use crate::{
@@ -58,10 +59,10 @@ impl shared::ReconcileError for Error {
 pub struct Context {
     /// Client, events, metrics.
     pub toolkit: Toolkit,
-    /// The Deployment caches (children only), one per watched scope.
-    pub deployments: ScopedStores<Deployment>,
-    /// The Service caches (children only), one per watched scope.
-    pub services: ScopedStores<Service>,
+    /// The Deployment caches (children only, compact: [`Slim`]), one per watched scope.
+    pub deployments: ScopedStores<Slim<Deployment>>,
+    /// The Service caches (children only, compact: [`Slim`]), one per watched scope.
+    pub services: ScopedStores<Slim<Service>>,
     /// The web app image (`LOLCOW_IMAGE`, else [`DEFAULT_IMAGE`]).
     pub image: String,
     /// How long to wait before retrying a refused Service, per Lolcow (5 s doubling to 5 min).
@@ -94,9 +95,9 @@ fn children_selector() -> String {
 /// The controller of one scope: Lolcows, and their Deployments and Services.
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Lolcow> {
     let children = watcher::Config::default().labels(&children_selector());
-    let (deployments, deployment_events) = scope.reflect::<Deployment>(children.clone());
+    let (deployments, deployment_events) = scope.reflect::<Slim<Deployment>>(children.clone());
     ctx.deployments.insert(scope, deployments);
-    let (services, service_events) = scope.reflect::<Service>(children);
+    let (services, service_events) = scope.reflect::<Slim<Service>>(children);
     ctx.services.insert(scope, services);
     scope
         .controller::<Lolcow>(watcher::Config::default())
@@ -129,7 +130,12 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The web app.
     let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let cached_dep = ctx.deployments.find(&ns, &name);
+    let cached_dep = ctx
+        .deployments
+        .find(&ns, &name)
+        .map(|c| c.full())
+        .transpose()?
+        .map(Arc::new);
     let dep = match claim(&dep_api, &name, cached_dep, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "deployment name taken");
@@ -148,7 +154,12 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The NodePort Service.
     let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let cached_svc = ctx.services.find(&ns, &name);
+    let cached_svc = ctx
+        .services
+        .find(&ns, &name)
+        .map(|c| c.full())
+        .transpose()?
+        .map(Arc::new);
     let (svc, mut problem) = match claim(&svc_api, &name, cached_svc, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "service name taken");

@@ -20,6 +20,7 @@ use shared::{
     conditions,
     namespaces::ScopedStores,
     ownership::{Claim, claim},
+    slim::Slim,
 };
 
 use crate::{
@@ -65,8 +66,9 @@ impl shared::ReconcileError for Error {
 pub struct Context {
     /// Client, events, metrics.
     pub toolkit: Toolkit,
-    /// The caches of the operator's Deployments, one per watched scope.
-    pub deployments: ScopedStores<Deployment>,
+    /// The caches of the operator's Deployments, one per watched scope (compact:
+    /// [`Slim`], parsed back whole when a reconcile compares one).
+    pub deployments: ScopedStores<Slim<Deployment>>,
     /// The consumer image (`PULSAR_CONSUMER_IMAGE`, else [`desired::DEFAULT_IMAGE`]).
     pub image: String,
     /// How long to wait before looking again at a Deployment name held by someone else,
@@ -106,7 +108,7 @@ impl Context {
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PulsarConsumer> {
     let managed = format!("app.kubernetes.io/managed-by={}", OPERATOR.name);
     let (deployments, deployment_events) =
-        scope.reflect::<Deployment>(watcher::Config::default().labels(&managed));
+        scope.reflect::<Slim<Deployment>>(watcher::Config::default().labels(&managed));
     ctx.deployments.insert(scope, deployments);
     let (consumers, consumer_events) = scope.reflect::<PulsarConsumer>(watcher::Config::default());
     ctx.pollers.consumers().insert(scope, consumers.clone());
@@ -134,7 +136,12 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let client = ctx.toolkit.client.clone();
     let name = desired::deployment_name(&pc);
     let owner = owner_reference(pc.as_ref())?;
-    let cached = ctx.deployments.find(&ns, &name);
+    let cached = ctx
+        .deployments
+        .find(&ns, &name)
+        .map(|c| c.full())
+        .transpose()?
+        .map(Arc::new);
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let manager = ctx.toolkit.operator.name;
     let now = conditions::now();
