@@ -130,12 +130,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The web app.
     let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let cached_dep = ctx
-        .deployments
-        .find(&ns, &name)
-        .map(|c| c.full())
-        .transpose()?
-        .map(Arc::new);
+    let cached_dep = ctx.deployments.find_full(&ns, &name)?;
     let dep = match claim(&dep_api, &name, cached_dep, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "deployment name taken");
@@ -154,12 +149,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The NodePort Service.
     let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let cached_svc = ctx
-        .services
-        .find(&ns, &name)
-        .map(|c| c.full())
-        .transpose()?
-        .map(Arc::new);
+    let cached_svc = ctx.services.find_full(&ns, &name)?;
     let (svc, mut problem) = match claim(&svc_api, &name, cached_svc, &owner).await? {
         Claim::Conflict(c) => {
             tracing::debug!(conflict = %c, "service name taken");

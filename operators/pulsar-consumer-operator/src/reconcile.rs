@@ -136,12 +136,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let client = ctx.toolkit.client.clone();
     let name = desired::deployment_name(&pc);
     let owner = owner_reference(pc.as_ref())?;
-    let cached = ctx
-        .deployments
-        .find(&ns, &name)
-        .map(|c| c.full())
-        .transpose()?
-        .map(Arc::new);
+    let cached = ctx.deployments.find_full(&ns, &name)?;
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let manager = ctx.toolkit.operator.name;
     let now = conditions::now();

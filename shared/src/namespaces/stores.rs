@@ -234,6 +234,22 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
     }
 }
 
+impl<K> ScopedStores<crate::slim::Slim<K>>
+where
+    K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + serde::Serialize + 'static,
+{
+    /// The cached child `name` in `namespace`, parsed back whole ([`crate::slim::Slim::full`]).
+    ///
+    /// # Errors
+    /// When the cached text does not parse as a `K`.
+    pub fn find_full(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, crate::Error> {
+        self.find(namespace, name)
+            .map(|slim| slim.full())
+            .transpose()
+            .map(|full| full.map(Arc::new))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
