@@ -198,6 +198,9 @@ pub struct Scope {
     client: Client,
     namespace: Option<String>,
     status: Arc<tokio::sync::watch::Sender<ScopeStatus>>,
+    /// Bumped when one of the scope's watches has finished a full list (its first, or a
+    /// re-list after the watch was lost): see [`Scope::lists`].
+    lists: Arc<tokio::sync::watch::Sender<u64>>,
     streaming_lists: bool,
 }
 
@@ -221,6 +224,7 @@ impl Scope {
             client,
             namespace,
             status: Arc::new(tokio::sync::watch::Sender::new(status)),
+            lists: Arc::new(tokio::sync::watch::Sender::new(0)),
             streaming_lists: false,
         }
     }
@@ -261,6 +265,13 @@ impl Scope {
     /// Watches `K` in this scope into a store; returns the store and the stream of changed
     /// objects (deletions included) to hand to `Controller::owns_stream`/`for_stream`.
     /// `managedFields` are dropped before caching: nothing reads them and they are large.
+    ///
+    /// The objects of a full list (the first, or a re-list after the watch was lost) fill
+    /// the store but are not passed on: they would queue one trigger per object at once
+    /// (all of them, since kube's runner waits for the primary store before it reconciles
+    /// anything), and kube's scheduler keeps the room they took. The list's end bumps
+    /// [`Scope::lists`] instead, and the runner then reconciles every primary object of
+    /// the scope a bounded number at a time (`shared::run`).
     pub fn reflect<K>(
         &self,
         wc: watcher::Config,
@@ -345,6 +356,7 @@ impl Scope {
             });
         });
         let status = self.status.clone();
+        let lists = self.lists.clone();
         let namespace = self.namespace.clone();
         let stream = reflector::reflector(
             writer,
@@ -389,7 +401,17 @@ impl Scope {
                 }
             });
         })
-        .touched_objects()
+        .filter_map(move |event| {
+            std::future::ready(match event {
+                Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => Some(Ok(obj)),
+                Ok(watcher::Event::InitDone) => {
+                    lists.send_modify(|n| *n += 1);
+                    None
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Err(error) => Some(Err(error)),
+            })
+        })
         .boxed();
         (reader, stream)
     }
@@ -403,6 +425,14 @@ impl Scope {
     {
         let (reader, stream) = self.reflect::<K>(wc);
         Controller::for_stream(stream, reader)
+    }
+
+    /// How many full lists the scope's watches have finished, updated as they finish: a
+    /// change means objects may have changed unseen (at start, or while a watch was lost),
+    /// so every primary object needs a reconcile.
+    #[must_use]
+    pub fn lists(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.lists.subscribe()
     }
 
     /// The status of the watches created through this scope so far, updated as they

@@ -15,8 +15,10 @@ use kube::{
 };
 
 mod guard;
+mod resync;
 
 use guard::{Guard, on_controller_result};
+use resync::{Admission, RESYNC_QUEUED, resyncs};
 
 use crate::{
     backoff::{Debounce, ErrorBackoff},
@@ -147,6 +149,7 @@ impl Operator {
             metrics: metrics.clone(),
             backoff: ErrorBackoff::default(),
             debounce: Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT),
+            resyncs: Arc::new(Admission::new(RESYNC_QUEUED)),
             reconcile,
         });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
@@ -292,6 +295,15 @@ where
             Scope::new(client.clone(), namespace).with_streaming_lists(args.streaming_lists);
         let controller = build(&scope, ctx);
         let status = scope.status();
+        // The scope's watches pass no list on as triggers: every object is reconciled after
+        // each full list from here, a bounded number queued at a time (see `resync`).
+        let resync = resyncs(
+            controller.store(),
+            status.clone(),
+            scope.lists(),
+            guard.resyncs.clone(),
+        );
+        let controller = controller.reconcile_on(resync);
         let reconciler = {
             let (guard, status) = (guard.clone(), status.clone());
             move |obj, ctx| guard.clone().reconcile(status.clone(), obj, ctx)
@@ -303,7 +315,7 @@ where
         let results = {
             let guard = guard.clone();
             move |res| {
-                on_controller_result(guard.controller, res, &guard.backoff, &guard.debounce);
+                on_controller_result(guard.controller, res, &guard);
                 std::future::ready(())
             }
         };

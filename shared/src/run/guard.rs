@@ -35,6 +35,9 @@ pub(super) struct Guard<K, Ctx, Fut> {
     /// time per object, so the latest trigger wins), and an object waits at most
     /// [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT) after its first deferred trigger.
     pub(super) debounce: Debounce,
+    /// Resync triggers queued after a full list ([`super::resync`]): claimed when their
+    /// reconcile starts, which then skips the debounce (no burst of events to fold).
+    pub(super) resyncs: Arc<super::Admission>,
     /// The operator's reconcile.
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }
@@ -65,7 +68,10 @@ impl<K: Resource, Ctx, Fut> Guard<K, Ctx, Fut> {
             let _ = synced.wait_for(ScopeStatus::synced).await;
             // tokio's clock (the same as std's outside paused-time tests).
             let now = tokio::time::Instant::now().into_std();
-            if let Gate::Wait(wait) = self.debounce.check(&key, now) {
+            // A deferred resync would sit in kube's scheduler, taking back the room the
+            // bounded resync saves.
+            let resync = self.resyncs.claim(&key);
+            if !resync && let Gate::Wait(wait) = self.debounce.check(&key, now) {
                 return Ok(Action::requeue(wait));
             }
             let _worker = queued.start();
@@ -130,15 +136,15 @@ pub(crate) async fn guarded_reconcile<E>(
 }
 
 /// Logs what a controller stream reports; an object found deleted (a retry or a deferred
-/// trigger came after it was gone) is dropped from the backoff and the debounce.
-pub(super) fn on_controller_result<K: Resource, E: ReconcileError>(
+/// trigger came after it was gone) is dropped from the backoff, the debounce and the
+/// queued resyncs.
+pub(super) fn on_controller_result<K: Resource, Ctx, Fut, E: ReconcileError>(
     controller: &str,
     result: Result<
         (kube::runtime::reflector::ObjectRef<K>, Action),
         controller::Error<E, kube::runtime::watcher::Error>,
     >,
-    backoff: &ErrorBackoff,
-    debounce: &Debounce,
+    guard: &Guard<K, Ctx, Fut>,
 ) {
     match result {
         Ok(_) => {}
@@ -148,8 +154,9 @@ pub(super) fn on_controller_result<K: Resource, E: ReconcileError>(
                 obj.namespace.as_deref().unwrap_or_default(),
                 obj.name
             );
-            backoff.forget(&key);
-            debounce.forget(&key);
+            guard.backoff.forget(&key);
+            guard.debounce.forget(&key);
+            guard.resyncs.claim(&key);
             tracing::debug!(controller, object = %obj, "object gone before reconcile");
         }
         Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
