@@ -271,20 +271,26 @@ impl Session<'_> {
 
     /// One collection delete of every object. Thousands of them can outlast a
     /// request on a busy API server (the client then sees the connection
-    /// fail); what one attempt did not delete, the next one does.
+    /// fail, as 5,000 Memcacheds with finalizers did three times in a row);
+    /// what one attempt did not delete, the next one does, until the phase's
+    /// deadline.
     async fn delete_all(&self) -> Result<()> {
-        for attempt in 1..=3 {
+        let deadline = Instant::now() + self.timeout;
+        for attempt in 1.. {
             match self
                 .cr_api
                 .delete_collection(&DeleteParams::default(), &ListParams::default())
                 .await
             {
                 Ok(_) => break,
-                Err(e) if attempt < 3 => {
+                Err(e) if Instant::now() < deadline => {
                     println!("    delete: attempt {attempt} failed ({e}); again");
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("deleting every object ({attempt} attempts)")));
+                }
             }
         }
         Ok(())
