@@ -60,16 +60,18 @@ impl Default for StatusWrites {
 }
 
 impl StatusWrites {
-    /// Whether the status `new` (hashed) was already written from the version `version`
+    /// Whether the status hashed by `new` was already written from the version `version`
     /// of object `uid` that the cache still shows. Forgets the write once the cache
-    /// shows another version.
-    fn already_written(&self, uid: &str, version: &str, new: u64) -> bool {
+    /// shows another version. `new` runs only when a write from `version` is remembered
+    /// (rarely: at rest the map is empty), so a reconcile does not serialise its status
+    /// for nothing.
+    fn already_written(&self, uid: &str, version: &str, new: impl FnOnce() -> Option<u64>) -> bool {
         let Ok(mut written) = self.written.lock() else {
             return false;
         };
         written.prune(Instant::now(), uid, |w| Some(w.at));
         match written.get(uid) {
-            Some(w) if w.before == version => w.status == new,
+            Some(w) if w.before == version => new() == Some(w.status),
             Some(_) => {
                 written.remove(uid);
                 false
@@ -174,16 +176,22 @@ impl Toolkit {
         K::Status: Serialize + PartialEq + HasConditions,
     {
         let api = Api::namespaced(self.client.clone(), &obj.namespace().unwrap_or_default());
-        let seen = obj.uid().zip(obj.resource_version()).zip(status_hash(new));
-        if let Some(((uid, version), hash)) = &seen
-            && self.status_writes.already_written(uid, version, *hash)
+        let meta = obj.meta();
+        let seen = meta.uid.as_deref().zip(meta.resource_version.as_deref());
+        if let Some((uid, version)) = seen
+            && self
+                .status_writes
+                .already_written(uid, version, || status_hash(new))
         {
             tracing::debug!(object = %obj.name_any(), "status already written; the cache lags");
             return Ok(false);
         }
         let wrote = publish_status(&api, &self.events, obj, new, announced).await?;
-        if wrote && let Some(((uid, version), hash)) = &seen {
-            self.status_writes.wrote(uid, version, *hash);
+        if wrote
+            && let Some((uid, version)) = seen
+            && let Some(hash) = status_hash(new)
+        {
+            self.status_writes.wrote(uid, version, hash);
         }
         Ok(wrote)
     }
