@@ -149,11 +149,7 @@ pub(super) fn on_controller_result<K: Resource, Ctx, Fut, E: ReconcileError>(
     match result {
         Ok(_) => {}
         Err(controller::Error::ObjectNotFound(obj)) => {
-            let key = format!(
-                "{}/{}",
-                obj.namespace.as_deref().unwrap_or_default(),
-                obj.name
-            );
+            let key = ref_key(&obj);
             guard.backoff.forget(&key);
             guard.debounce.forget(&key);
             guard.resyncs.claim(&key);
@@ -168,9 +164,18 @@ pub(super) fn on_controller_result<K: Resource, Ctx, Fut, E: ReconcileError>(
     }
 }
 
-/// `namespace/name` of an object.
+/// `namespace/name` of an object: its key in the backoff, the debounce and the resyncs.
 fn object_key<K: Resource>(obj: &K) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+/// [`object_key`] of the object an `ObjectRef` names.
+pub(super) fn ref_key<K: Resource>(obj: &kube::runtime::reflector::ObjectRef<K>) -> String {
+    format!(
+        "{}/{}",
+        obj.namespace.as_deref().unwrap_or_default(),
+        obj.name
+    )
 }
 
 #[cfg(test)]

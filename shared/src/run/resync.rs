@@ -132,12 +132,7 @@ where
                 );
             }
             let next = pass.todo.pop()?;
-            let key = format!(
-                "{}/{}",
-                next.namespace.as_deref().unwrap_or_default(),
-                next.name
-            );
-            admission.admit(key).await;
+            admission.admit(super::guard::ref_key(&next)).await;
             Some((next, pass))
         }
     })
