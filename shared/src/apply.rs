@@ -126,6 +126,11 @@ where
 /// Patches the status subresource of `obj` with `new_status`, only if it differs from
 /// `current_status`. Returns whether a write was sent.
 ///
+/// The patch is a JSON merge patch that replaces the status: every field of
+/// `current_status` that `new_status` no longer has is sent as `null`, so a field that
+/// stops applying (`backlog` once autoscaling is switched off, say) is removed from the
+/// stored status instead of staying there forever ([`replacing_merge_patch`]).
+///
 /// # Errors
 /// [`Error::Kube`] when the patch fails.
 pub async fn patch_status<K, S>(
@@ -142,10 +147,39 @@ where
         return Ok(false);
     }
     let name = obj.name_any();
-    let body = serde_json::json!({ "status": to_value(new_status, &name)? });
+    let new = to_value(new_status, &name)?;
+    let status = match current_status {
+        Some(current) => replacing_merge_patch(&to_value(current, &name)?, new),
+        None => new,
+    };
+    let body = serde_json::json!({ "status": status });
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await?;
     Ok(true)
+}
+
+/// The JSON merge patch (RFC 7386) that turns `current` into `new`: `new` itself, plus a
+/// `null` for every object key of `current` that `new` lacks (recursively, where both
+/// sides hold an object under the same key). Arrays and scalars are replaced whole, as a
+/// merge patch always replaces them. A `null` in `new` stays `null`: removed either way.
+#[must_use]
+pub fn replacing_merge_patch(current: &Value, new: Value) -> Value {
+    match (current, new) {
+        (Value::Object(current), Value::Object(mut new)) => {
+            for (key, value) in current {
+                match new.remove(key) {
+                    Some(next) => {
+                        new.insert(key.clone(), replacing_merge_patch(value, next));
+                    }
+                    None => {
+                        new.insert(key.clone(), Value::Null);
+                    }
+                }
+            }
+            Value::Object(new)
+        }
+        (_, new) => new,
+    }
 }
 
 /// Whether `error` is the API server refusing a write because the namespace is being
@@ -205,6 +239,35 @@ mod tests {
         ));
         assert!(!is_subset(&json!({"spec": {"ports": []}}), &actual));
         assert!(!is_subset(&json!({"spec": {"type": "NodePort"}}), &actual));
+    }
+
+    #[test]
+    fn status_patch_removes_what_is_no_longer_set() {
+        let current = json!({
+            "replicas": 2, "backlog": 40, "lastScaleTime": "t",
+            "nested": {"keep": 1, "gone": 2}, "conditions": [{"type": "Ready"}]
+        });
+        let new = json!({"replicas": 3, "nested": {"keep": 1}, "conditions": []});
+        assert_eq!(
+            replacing_merge_patch(&current, new),
+            json!({
+                "replicas": 3, "backlog": null, "lastScaleTime": null,
+                "nested": {"keep": 1, "gone": null}, "conditions": []
+            })
+        );
+        // A key that becomes an object, a scalar that becomes null, a new key.
+        assert_eq!(
+            replacing_merge_patch(
+                &json!({"a": 1, "b": 2}),
+                json!({"a": {"x": 1}, "b": null, "c": 3})
+            ),
+            json!({"a": {"x": 1}, "b": null, "c": 3})
+        );
+        // Nothing stored yet: the status itself.
+        assert_eq!(
+            replacing_merge_patch(&Value::Null, json!({"a": 1})),
+            json!({"a": 1})
+        );
     }
 
     #[test]

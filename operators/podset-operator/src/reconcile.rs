@@ -6,10 +6,10 @@
 use std::{sync::Arc, time::Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     runtime::{
         Controller,
         controller::Action,
@@ -97,37 +97,6 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// decided by the controller owner reference's UID, and a pod of ours that loses the
 /// label is caught as it leaves the watch ([`Strays`]) and relabelled.
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
-    let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
-    let pod_events =
-        scope.reflect_into::<SlimPod>(watcher::Config::default().labels(&selector), &ctx.pods);
-    let (expectations, strays, pods) = (
-        ctx.expectations.clone(),
-        ctx.strays.clone(),
-        ctx.pods.clone(),
-    );
-    let pod_events = pod_events.inspect(move |event| {
-        if let Ok(pod) = event
-            && let Some(owner) = pod
-                .owner_references()
-                .iter()
-                .find(|r| r.controller == Some(true))
-        {
-            let terminating = pod.deletion_timestamp().is_some();
-            expectations.observe(&owner.uid, &pod.name_any(), terminating);
-            // The reflector has applied the event: a pod missing from the store that is
-            // not being deleted stopped matching the selector.
-            if !terminating
-                && pods
-                    .find(
-                        pod.namespace().as_deref().unwrap_or_default(),
-                        &pod.name_any(),
-                    )
-                    .is_none()
-            {
-                strays.add(&owner.uid, &pod.name_any());
-            }
-        }
-    });
     // A PodSet deleted while its pod writes were in flight would keep its expectations
     // forever: forget them when the watch shows it gone.
     let (podsets, podset_events) = scope.reflect::<PodSet>(watcher::Config::default());
@@ -144,7 +113,55 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
             strays.forget(&uid);
         }
     });
+    let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
+    let pod_events =
+        scope.reflect_into::<SlimPod>(watcher::Config::default().labels(&selector), &ctx.pods);
+    let (expectations, strays, pods, store) = (
+        ctx.expectations.clone(),
+        ctx.strays.clone(),
+        ctx.pods.clone(),
+        podsets.clone(),
+    );
+    let pod_events = pod_events.inspect(move |event| {
+        if let Ok(pod) = event
+            && let Some(owner) = pod
+                .owner_references()
+                .iter()
+                .find(|r| r.controller == Some(true))
+        {
+            let terminating = pod.deletion_timestamp().is_some();
+            expectations.observe(&owner.uid, &pod.name_any(), terminating);
+            // The reflector has applied the event: a pod missing from the store that is
+            // not being deleted stopped matching the selector. Only a pod of a PodSet
+            // the cache holds is remembered: anyone can label a pod as ours and point
+            // its owner reference anywhere, and a stray of nothing we reconcile would
+            // never be forgotten.
+            if !terminating
+                && pods
+                    .find(
+                        pod.namespace().as_deref().unwrap_or_default(),
+                        &pod.name_any(),
+                    )
+                    .is_none()
+                && owns_podset(&store, pod.namespace().as_deref(), owner)
+            {
+                strays.add(&owner.uid, &pod.name_any());
+            }
+        }
+    });
     Controller::for_stream(podset_events, podsets).owns_stream(pod_events)
+}
+
+/// Whether `owner` (a pod's controller reference in namespace `ns`) is a PodSet the cache
+/// holds, with that very UID.
+fn owns_podset(store: &Store<PodSet>, ns: Option<&str>, owner: &OwnerReference) -> bool {
+    if owner.kind != "PodSet" || owner.api_version != PodSet::api_version(&()) {
+        return false;
+    }
+    let Some(ns) = ns else { return false };
+    store
+        .get(&ObjectRef::new(&owner.name).within(ns))
+        .is_some_and(|ps| ps.uid().as_deref() == Some(owner.uid.as_str()))
 }
 
 /// Drops the expectations of `ps` when the store no longer holds it (the reflector applies
@@ -201,7 +218,7 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
                 Created::NamespaceTerminating => return Ok(Action::await_change()),
             }
         }
-        delete_extra(&uid, &plan.delete, &pod_api, &ctx).await?;
+        delete_extra(&uid, &plan.delete, &active, &pod_api, &ctx).await?;
     }
 
     let writes_pending = !satisfied || scaled.acted;
@@ -303,18 +320,35 @@ async fn create_missing(
 
 /// Deletes the pods `names` of the PodSet `uid`, telling the expectations first; a pod
 /// already gone is fine.
+///
+/// Each delete carries the UID of the pod the cache showed (`active`) as a precondition:
+/// if that pod was deleted and someone else's pod took its name meanwhile, the API server
+/// refuses (409) and the newcomer is left alone.
 async fn delete_extra(
     uid: &str,
     names: &[String],
+    active: &[&SlimPod],
     api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<(), Error> {
     for name in names {
         tracing::info!(pod = %name, "scaling down: deleting pod");
         ctx.expectations.deleting(uid, name, Instant::now());
-        match api.delete(name, &DeleteParams::default()).await {
+        let params = DeleteParams {
+            preconditions: active
+                .iter()
+                .find(|p| p.name_any() == *name)
+                .and_then(|p| p.uid())
+                .map(|pod_uid| Preconditions {
+                    uid: Some(pod_uid),
+                    resource_version: None,
+                }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // Gone, or another pod now holds the name: ours is gone either way.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
                 ctx.expectations.delete_failed(uid, name);
                 return Err(e.into());
@@ -434,6 +468,45 @@ mod tests {
         ps.metadata.namespace = Some("ns".into());
         ps.metadata.uid = Some(uid.into());
         ps
+    }
+
+    #[test]
+    fn strays_are_remembered_only_for_podsets_in_the_cache() {
+        let (store, mut writer) = reflector::store::<PodSet>();
+        writer.apply_watcher_event(&watcher::Event::Apply(podset("u1")));
+        let owner = |kind: &str, name: &str, uid: &str| OwnerReference {
+            api_version: PodSet::api_version(&()).into_owned(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        };
+        assert!(owns_podset(
+            &store,
+            Some("ns"),
+            &owner("PodSet", "ps", "u1")
+        ));
+        // Someone's ConfigMap, a PodSet UID of another object, another namespace.
+        assert!(!owns_podset(
+            &store,
+            Some("ns"),
+            &owner("ConfigMap", "ps", "u1")
+        ));
+        assert!(!owns_podset(
+            &store,
+            Some("ns"),
+            &owner("PodSet", "ps", "u9")
+        ));
+        assert!(!owns_podset(
+            &store,
+            Some("other"),
+            &owner("PodSet", "ps", "u1")
+        ));
+        assert!(!owns_podset(&store, None, &owner("PodSet", "ps", "u1")));
+        let mut other_group = owner("PodSet", "ps", "u1");
+        other_group.api_version = "example.com/v1".into();
+        assert!(!owns_podset(&store, Some("ns"), &other_group));
     }
 
     #[test]

@@ -11,18 +11,28 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 /// Pod names per PodSet uid that left the watch without being deleted.
+///
+/// Bounded: only PodSets the cache holds get entries (the caller checks), each PodSet's
+/// entries are handled by its next reconcile, and a PodSet remembers at most
+/// [`MAX_PER_PODSET`] at once. Pods past that are not remembered: at worst the PodSet
+/// creates a replacement beside a pod someone unlabelled in their own namespace.
 #[derive(Debug, Default)]
 pub struct Strays {
     by_owner: Mutex<HashMap<String, BTreeSet<String>>>,
 }
 
+/// The most strays one PodSet remembers: twice the most pods a PodSet may ask for.
+pub const MAX_PER_PODSET: usize = 2 * crate::api::MAX_REPLICAS as usize;
+
 impl Strays {
-    /// Remembers that pod `name` of the PodSet `owner_uid` left the watch.
+    /// Remembers that pod `name` of the PodSet `owner_uid` left the watch (unless that
+    /// PodSet already remembers [`MAX_PER_PODSET`]).
     pub fn add(&self, owner_uid: &str, name: &str) {
         if let Ok(mut m) = self.by_owner.lock() {
-            m.entry(owner_uid.to_owned())
-                .or_default()
-                .insert(name.to_owned());
+            let set = m.entry(owner_uid.to_owned()).or_default();
+            if set.len() < MAX_PER_PODSET {
+                set.insert(name.to_owned());
+            }
         }
     }
 
@@ -79,5 +89,16 @@ mod tests {
         s.forget("u2");
         assert!(s.by_owner.lock().unwrap().is_empty());
         assert!(s.of("nobody").is_empty());
+    }
+
+    #[test]
+    fn one_podset_remembers_a_bounded_number() {
+        let s = Strays::default();
+        for i in 0..MAX_PER_PODSET + 10 {
+            s.add("u1", &format!("pod-{i}"));
+        }
+        assert_eq!(s.of("u1").len(), MAX_PER_PODSET);
+        s.add("u2", "other");
+        assert_eq!(s.of("u2"), ["other"], "another PodSet is not affected");
     }
 }
