@@ -7,6 +7,7 @@
 //! started on demand with `cargo xtask cluster up`.
 
 pub mod delivery;
+pub mod deployed;
 pub mod events;
 pub mod kinds;
 pub mod manifests;

@@ -11,11 +11,10 @@
 //! run as root; without it they report themselves skipped.
 
 use anyhow::{Context, Result, bail, ensure};
+use e2e::deployed::{Deployed, NO_REAL_NODE, REAL_NODE, container_processes, has_real_node, pods};
 use e2e::kinds::{self, free_node_port};
 use e2e::pulsar::{self, expected_payloads, payload_counts, unique_topic};
-use e2e::{
-    TestNamespace, create_from_json, kubeconfig_path, kubectl_ok, place_namespace, poll, repo_root,
-};
+use e2e::{TestNamespace, create_from_json, kubectl_ok, poll};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -33,105 +32,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The node that runs containers.
-const REAL_NODE: &str = "real-node";
-/// Its registry, as `cargo xtask cluster up` starts it.
-const REGISTRY: &str = "127.0.0.1:15000";
 /// Release builds and image pulls take a while the first time.
 const ROLLOUT: Duration = Duration::from_secs(240);
-
-/// Whether the cluster has the real node (`cargo xtask cluster up` starts it
-/// when run as root); a test without it reports itself skipped.
-async fn has_real_node(client: &kube::Client) -> Result<bool> {
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    Ok(nodes.get_opt(REAL_NODE).await?.is_some())
-}
-
-const NO_REAL_NODE: &str =
-    "needs the local cluster's real node, which `cargo xtask cluster up` starts when run as root";
-
-/// `cargo xtask <args>` with the test cluster's kubeconfig.
-fn xtask(args: &[&str]) -> Result<String> {
-    let out = Command::new(env!("CARGO"))
-        .current_dir(repo_root())
-        .args(["run", "--quiet", "-p", "xtask", "--"])
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path()?)
-        .output()
-        .with_context(|| format!("running cargo xtask {args:?}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        bail!(
-            "cargo xtask {args:?} failed ({}):\n{stdout}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(stdout)
-}
-
-/// An operator rolled out from its image; undeployed (its objects first)
-/// when dropped.
-struct Deployed {
-    operator: &'static str,
-}
-
-impl Deployed {
-    /// `cargo xtask deploy <operator> --registry <local registry>`, which
-    /// waits for the rollout (so the kubelet's probes passed).
-    fn new(operator: &'static str) -> Result<Deployed> {
-        place_namespace(&format!("{operator}-system"), false)?;
-        let deployed = Deployed { operator };
-        xtask(&["deploy", operator, "--registry", REGISTRY])?;
-        Ok(deployed)
-    }
-
-    fn namespace(&self) -> String {
-        format!("{}-system", self.operator)
-    }
-}
-
-impl Drop for Deployed {
-    fn drop(&mut self) {
-        if let Err(e) = xtask(&["undeploy", self.operator]) {
-            eprintln!("undeploy {}: {e:#}", self.operator);
-        }
-    }
-}
-
-/// The running pods of `selector` in `namespace`.
-async fn pods(client: &kube::Client, namespace: &str, selector: &str) -> Result<Vec<Pod>> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    Ok(api
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect())
-}
-
-fn pod_uid(pod: &Pod) -> String {
-    pod.metadata.uid.clone().unwrap_or_default()
-}
-
-/// Processes of this machine that run in the pod's containers (found by the
-/// pod's cgroup), without the sandbox's.
-fn container_processes(pod: &Pod) -> Vec<u32> {
-    let uid = pod_uid(pod);
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            cgroup.contains(&format!("pod{uid}"))
-                && !cmdline.starts_with(b"/bin/sleep\x002147483647")
-        })
-        .collect()
-}
 
 /// The container of `pod` really runs here: as `uid`, on a read-only root
 /// filesystem.
