@@ -87,6 +87,13 @@ pub fn is_subset(desired: &Value, actual: &Value) -> bool {
 /// unless `cached` already holds every field of `desired`. Returns the applied object, or
 /// `None` when no write was needed.
 ///
+/// When `cached` is given, the apply carries its UID as a precondition: the API server
+/// refuses it (409, or 422 "field is immutable") if the object of that name is no longer
+/// the one the caller decided to write to, so an object someone else created under the
+/// name after ours was deleted is never taken over. (A create, `cached` being `None`,
+/// cannot carry one: the API server refuses an apply naming a UID for an object that
+/// does not exist yet.)
+///
 /// # Errors
 /// [`Error::Kube`] when the patch fails; [`Error::Serialize`]/[`Error::MissingMetadata`] for
 /// a malformed `desired`.
@@ -113,11 +120,17 @@ where
         }
     }
     tracing::debug!(child = %name, "applying child");
+    let mut body = to_value(desired, &name)?;
+    if let Some(uid) = cached.and_then(|c| c.meta().uid.clone())
+        && let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        meta.insert("uid".to_owned(), Value::String(uid));
+    }
     let applied = api
         .patch(
             &name,
             &PatchParams::apply(field_manager).force(),
-            &Patch::Apply(desired),
+            &Patch::Apply(&body),
         )
         .await?;
     Ok(Some(applied))
