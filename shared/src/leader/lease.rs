@@ -85,7 +85,8 @@ impl LeaseLock {
     }
 
     /// One round of client-go's `tryAcquireOrRenew`: read the Lease, [`decide`], and write
-    /// what the decision names. `last_renew` is the last successful renewal while leading.
+    /// what the decision names. `last_renew` is when the last successful renewal was sent,
+    /// while leading.
     async fn try_acquire_or_renew(
         &mut self,
         last_renew: Option<Instant>,
