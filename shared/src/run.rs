@@ -209,9 +209,10 @@ impl Operator {
         ready.set(true);
         let lease_name = config.lease_name.clone();
         // A client and token bucket of its own, as controller-runtime gives leader election
-        // its own clientset: renewals never queue behind the reconciles' requests.
-        let leader_client = connect(metrics, kube_config, limit)?;
-        let mut elector = Elector::new(leader_client, args.leader_election_mode, config);
+        // its own clientset, built on the election's own thread: renewals never queue
+        // behind the reconciles' requests nor wait for the reconciles' runtime.
+        let mode = args.leader_election_mode;
+        let mut elector = Elector::start(mode, config, || connect(metrics, kube_config, limit))?;
         tokio::select! {
             () = elector.acquire() => {}
             () = shutdown.clone() => return Ok(None),

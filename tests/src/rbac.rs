@@ -111,3 +111,25 @@ pub fn permissions_beyond_baseline(
         .cloned()
         .collect())
 }
+
+/// `deploy/<operator>/leader-for-life/leader-for-life-rbac.yaml`: what
+/// `--leader-election-mode=for-life` needs beyond the default install (a Role and binding in
+/// `<operator>-system`, and a ClusterRole and binding to read Nodes).
+pub fn leader_for_life_rbac(operator: &str) -> std::path::PathBuf {
+    crate::repo_root()
+        .join("deploy")
+        .join(operator)
+        .join("leader-for-life")
+        .join("leader-for-life-rbac.yaml")
+}
+
+/// Applies [`leader_for_life_rbac`] (idempotent), as a user who chooses leader-for-life
+/// does on top of the default install. Tests that run the operator in that mode, and the
+/// least-privilege test (so what it finds does not depend on which test ran first), apply it.
+pub fn apply_leader_for_life_rbac(operator: &str) -> Result<()> {
+    let path = leader_for_life_rbac(operator);
+    kubectl_runner()
+        .output(["apply".as_ref(), "-f".as_ref(), path.as_os_str()])
+        .with_context(|| format!("applying {}", path.display()))?;
+    Ok(())
+}

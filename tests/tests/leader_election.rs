@@ -3,13 +3,16 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::kinds::{podset, wait_podset_replicas_ready};
-use e2e::operator::{OperatorOptions, OperatorProcess, metric_sum, service_account_kubeconfig};
+use e2e::operator::{
+    OperatorOptions, OperatorProcess, install, metric_sum, service_account_kubeconfig,
+};
 use e2e::proxy::TcpProxy;
+use e2e::rbac::apply_leader_for_life_rbac;
 use e2e::{TestNamespace, create_from_json, kubectl_scale, poll, unique_suffix};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use podset_operator::api::PodSet;
 use serde_json::json;
@@ -324,31 +327,116 @@ async fn a_terminated_leader_hands_over_at_once() -> Result<()> {
     Ok(())
 }
 
+/// The arguments of a leader-for-life replica using the lock `lock_name`.
+fn for_life_args(lock_name: &str) -> Vec<String> {
+    vec![
+        "--leader-elect".to_owned(),
+        "--leader-election-mode=for-life".to_owned(),
+        format!("--leader-election-id={lock_name}"),
+    ]
+}
+
+/// Installs the operator and what leader-for-life needs beyond it, as a user choosing that
+/// mode applies `deploy/<operator>/leader-for-life`.
+fn install_for_life() -> Result<()> {
+    install(OPERATOR)?;
+    apply_leader_for_life_rbac(OPERATOR)
+}
+
+/// Creates the Pod object a replica's process claims to run in (`POD_NAME`), on `node`
+/// (`None`: scheduled on a simulated node, where kwok reports it Running; the process runs
+/// here either way).
+async fn create_identity_pod(pods: &Api<Pod>, name: &str, node: Option<&str>) -> Result<()> {
+    let mut spec = json!({
+        "automountServiceAccountToken": false,
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "operator", "image": "podset-operator",
+            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+    });
+    if let Some(node) = node {
+        spec["nodeName"] = json!(node);
+    }
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    Ok(())
+}
+
+/// Waits until the simulated node runs `name` (as a real leader's Pod would be).
+async fn wait_running(pods: &Api<Pod>, name: &str) -> Result<()> {
+    poll(
+        &format!("pod {name} running"),
+        Duration::from_secs(60),
+        || async {
+            let pod = pods.get(name).await?;
+            let phase = pod.status.and_then(|s| s.phase);
+            Ok((phase.as_deref() == Some("Running")).then_some(()))
+        },
+    )
+    .await
+}
+
+/// The name of the Pod that owns the for-life lock.
+fn lock_owner(lock: &ConfigMap) -> Option<String> {
+    lock.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == "Pod")
+        .map(|o| o.name.clone())
+}
+
+/// Waits until the for-life lock `name` is owned by the Pod `owner`.
+async fn wait_lock_owner(
+    locks: &Api<ConfigMap>,
+    name: &str,
+    owner: &str,
+    timeout: Duration,
+) -> Result<ConfigMap> {
+    poll(&format!("the lock owned by {owner}"), timeout, || async {
+        Ok(locks
+            .get_opt(name)
+            .await?
+            .filter(|l| lock_owner(l).as_deref() == Some(owner)))
+    })
+    .await
+}
+
+/// Objects a test made outside its namespace, deleted (without waiting) when dropped.
+struct Cleanup(Vec<Vec<String>>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for what in &self.0 {
+            let mut args = vec!["delete", "--ignore-not-found", "--wait=false"];
+            args.extend(what.iter().map(String::as_str));
+            let _ = e2e::kubectl_runner().capture(args);
+        }
+    }
+}
+
+/// The longest a for-life candidate waits between two attempts (operator-sdk's 16 s).
+const FOR_LIFE_MAX_WAIT: Duration = Duration::from_secs(16);
+
 #[tokio::test]
 async fn leader_for_life_is_held_until_the_leaders_pod_is_gone() -> Result<()> {
+    install_for_life()?;
     let ns = TestNamespace::new("leader-life").await?;
     let suffix = unique_suffix();
     let lock_name = format!("e2e-life-{suffix}");
     // The replicas' own Pod objects (kwok runs them; the processes run here).
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), LEASE_NS);
     let (pod_a, pod_b) = (format!("replica-a-{suffix}"), format!("replica-b-{suffix}"));
+    let _cleanup = Cleanup(vec![vec![
+        "pods".into(),
+        "-n".into(),
+        LEASE_NS.into(),
+        pod_a.clone(),
+        pod_b.clone(),
+    ]]);
     for name in [&pod_a, &pod_b] {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "automountServiceAccountToken": false,
-                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [{"name": "operator", "image": "podset-operator",
-                    "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
-            }
-        }))?;
-        pods.create(&PostParams::default(), &pod).await?;
+        create_identity_pod(&pods, name, None).await?;
     }
-    let args = vec![
-        "--leader-elect".to_owned(),
-        "--leader-election-mode=for-life".to_owned(),
-        format!("--leader-election-id={lock_name}"),
-    ];
+    let args = for_life_args(&lock_name);
     let mut a = start_replica(&ns, &pod_a, &args).await?;
     let locks: Api<ConfigMap> = Api::namespaced(ns.client.clone(), LEASE_NS);
     let lock = poll("the for-life lock", Duration::from_secs(30), || async {
@@ -368,8 +456,8 @@ async fn leader_for_life_is_held_until_the_leaders_pod_is_gone() -> Result<()> {
     assert!(reconciles(&a) > 0.0);
     assert_eq!(reconciles(&b), 0.0);
 
-    // The leader's process dies, but its Pod object is still there: no
-    // takeover (a node cut off from the cluster looks like this).
+    // The leader's process dies, but its Pod object is still there, Running on a Ready
+    // node: no takeover (a leader cut off from the API server looks like this).
     a.kill();
     kubectl_scale(&ns, "podset", "life", 2)?;
     poll(
@@ -398,8 +486,220 @@ async fn leader_for_life_is_held_until_the_leaders_pod_is_gone() -> Result<()> {
     pods.delete(&pod_a, &DeleteParams::default()).await?;
     wait_podset_replicas_ready(&ns, "life", 2, Duration::from_secs(60)).await?;
     let lock = locks.get(&lock_name).await?;
-    let owner = lock.metadata.owner_references.unwrap_or_default();
-    assert_eq!(owner.first().map(|o| o.name.as_str()), Some(pod_b.as_str()));
-    pods.delete(&pod_b, &DeleteParams::default()).await?;
+    assert_eq!(lock_owner(&lock), Some(pod_b.clone()));
+    Ok(())
+}
+
+/// The old leader's process still runs here after its Pod was judged gone (a kubelet would
+/// have stopped it): it must see its lock taken at its next check and stop leading.
+async fn wait_stops_leading(old: &mut OperatorProcess, since: Instant) -> Result<Duration> {
+    poll("the old leader to stop", Duration::from_secs(30), || {
+        let stopped = !old.is_running();
+        async move { Ok(stopped.then_some(())) }
+    })
+    .await
+    .with_context(|| format!("old leader's log:\n{}", old.log()))?;
+    let stopped = since.elapsed();
+    ensure!(
+        old.log().contains("leader election lost"),
+        "the old leader stopped without saying it lost the lock:\n{}",
+        old.log()
+    );
+    Ok(stopped)
+}
+
+#[tokio::test]
+async fn an_evicted_leader_for_life_is_replaced() -> Result<()> {
+    install_for_life()?;
+    let ns = TestNamespace::new("leader-evict").await?;
+    let suffix = unique_suffix();
+    let lock_name = format!("e2e-evict-{suffix}");
+    let pods: Api<Pod> = Api::namespaced(ns.client.clone(), LEASE_NS);
+    let locks: Api<ConfigMap> = Api::namespaced(ns.client.clone(), LEASE_NS);
+    let (pod_a, pod_b) = (format!("replica-a-{suffix}"), format!("replica-b-{suffix}"));
+    let _cleanup = Cleanup(vec![vec![
+        "pods".into(),
+        "-n".into(),
+        LEASE_NS.into(),
+        pod_a.clone(),
+        pod_b.clone(),
+    ]]);
+    for name in [&pod_a, &pod_b] {
+        create_identity_pod(&pods, name, None).await?;
+    }
+    wait_running(&pods, &pod_a).await?;
+    let args = for_life_args(&lock_name);
+    let mut a = start_replica(&ns, &pod_a, &args).await?;
+    wait_lock_owner(&locks, &lock_name, &pod_a, Duration::from_secs(30)).await?;
+    let b = start_replica(&ns, &pod_b, &args).await?;
+    create_from_json::<PodSet>(&ns, podset("evict", 1)).await?;
+    wait_podset_replicas_ready(&ns, "evict", 1, Duration::from_secs(60)).await?;
+    assert_eq!(reconciles(&b), 0.0, "the standby must not reconcile");
+    poll(
+        "the standby waiting on the running leader",
+        Duration::from_secs(30),
+        || async { Ok(b.log().contains("standing by").then_some(())) },
+    )
+    .await?;
+
+    // What the kubelet writes when it evicts a Pod under node pressure (through the status
+    // subresource, as an admin; the simulated node leaves a Failed Pod alone).
+    pods.patch_status(
+        &pod_a,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+        }})),
+    )
+    .await?;
+    let evicted = Instant::now();
+    wait_lock_owner(
+        &locks,
+        &lock_name,
+        &pod_b,
+        FOR_LIFE_MAX_WAIT + Duration::from_secs(30),
+    )
+    .await
+    .with_context(|| format!("standby's log:\n{}", b.log()))?;
+    let taken = evicted.elapsed();
+    ensure!(
+        b.log().contains("Failed (Evicted)"),
+        "the standby did not say why it took over:\n{}",
+        b.log()
+    );
+    // The standby waits at most 16 s between attempts; a few seconds for the API calls.
+    ensure!(
+        taken <= FOR_LIFE_MAX_WAIT + Duration::from_secs(5),
+        "the standby took {taken:?} to replace the evicted leader"
+    );
+    // The evicted Pod stays for its owner to inspect: taking over deletes no Pod.
+    ensure!(
+        pods.get_opt(&pod_a).await?.is_some(),
+        "the evicted pod was deleted"
+    );
+    let stopped = wait_stops_leading(&mut a, evicted).await?;
+    eprintln!(
+        "evicted: the standby held the lock {taken:?} after the eviction; the old leader stopped after {stopped:?}"
+    );
+    kubectl_scale(&ns, "podset", "evict", 2)?;
+    wait_podset_replicas_ready(&ns, "evict", 2, Duration::from_secs(60)).await?;
+    assert!(reconciles(&b) > 0.0, "the new leader reconciled");
+    Ok(())
+}
+
+/// Writes the `Ready` condition of `node` as a kubelet (or, for `Unknown`, the node
+/// lifecycle controller) would, with a fresh heartbeat.
+async fn set_node_ready(nodes: &Api<Node>, node: &str, status: &str) -> Result<()> {
+    let now = Timestamp::now().to_string();
+    nodes
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready",
+                "status": status,
+                "reason": if status == "True" { "KubeletReady" } else { "NodeStatusUnknown" },
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }]}})),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_leader_for_life_on_a_node_not_ready_is_replaced() -> Result<()> {
+    install_for_life()?;
+    let ns = TestNamespace::new("leader-node").await?;
+    let suffix = unique_suffix();
+    let lock_name = format!("e2e-node-{suffix}");
+    let pods: Api<Pod> = Api::namespaced(ns.client.clone(), LEASE_NS);
+    let locks: Api<ConfigMap> = Api::namespaced(ns.client.clone(), LEASE_NS);
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    // A Node of this test's own: no kubelet and no kwok behind it (kwok manages only the
+    // nodes labelled type=kwok), so its Ready condition is what the test writes. Tainted
+    // and unschedulable: nothing else is placed there.
+    let node = format!("e2e-leader-node-{suffix}");
+    let (pod_a, pod_b) = (format!("replica-a-{suffix}"), format!("replica-b-{suffix}"));
+    let _cleanup = Cleanup(vec![
+        vec![
+            "pods".into(),
+            "-n".into(),
+            LEASE_NS.into(),
+            pod_a.clone(),
+            pod_b.clone(),
+        ],
+        vec!["node".into(), node.clone()],
+    ]);
+    let manifest: Node = serde_json::from_value(json!({
+        "metadata": {"name": node},
+        "spec": {
+            "unschedulable": true,
+            "taints": [{"key": "e2e.rust-operators.dev/unmanaged", "effect": "NoSchedule"}],
+        },
+    }))?;
+    nodes.create(&PostParams::default(), &manifest).await?;
+    set_node_ready(&nodes, &node, "True").await?;
+    // Keep the node's heartbeat fresh until it "stops reporting", so the node lifecycle
+    // controller does not judge it first.
+    let heartbeat = {
+        let (nodes, node) = (nodes.clone(), node.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let _ = set_node_ready(&nodes, &node, "True").await;
+            }
+        })
+    };
+    // The leader's Pod is bound to that node (it stays Pending: no kubelet reports on it,
+    // which is not terminal); the standby's runs on a simulated node.
+    create_identity_pod(&pods, &pod_a, Some(&node)).await?;
+    create_identity_pod(&pods, &pod_b, None).await?;
+    let args = for_life_args(&lock_name);
+    let mut a = start_replica(&ns, &pod_a, &args).await?;
+    wait_lock_owner(&locks, &lock_name, &pod_a, Duration::from_secs(30)).await?;
+    let b = start_replica(&ns, &pod_b, &args).await?;
+    poll(
+        "the standby waiting on the leader on a Ready node",
+        Duration::from_secs(30),
+        || async { Ok(b.log().contains("standing by").then_some(())) },
+    )
+    .await?;
+    ensure!(
+        lock_owner(&locks.get(&lock_name).await?).as_deref() == Some(pod_a.as_str()),
+        "the standby took over from a leader on a Ready node:\n{}",
+        b.log()
+    );
+
+    // The node stops reporting: what the node lifecycle controller writes after its grace
+    // period (Ready=Unknown).
+    heartbeat.abort();
+    let _ = heartbeat.await;
+    set_node_ready(&nodes, &node, "Unknown").await?;
+    let not_ready = Instant::now();
+    wait_lock_owner(
+        &locks,
+        &lock_name,
+        &pod_b,
+        FOR_LIFE_MAX_WAIT + Duration::from_secs(30),
+    )
+    .await
+    .with_context(|| format!("standby's log:\n{}", b.log()))?;
+    let taken = not_ready.elapsed();
+    ensure!(
+        b.log().contains("is not ready (Ready=Unknown)"),
+        "the standby did not say why it took over:\n{}",
+        b.log()
+    );
+    ensure!(
+        taken <= FOR_LIFE_MAX_WAIT + Duration::from_secs(5),
+        "the standby took {taken:?} to replace the leader on a NotReady node"
+    );
+    let stopped = wait_stops_leading(&mut a, not_ready).await?;
+    eprintln!(
+        "node not ready: the standby held the lock {taken:?} after; the old leader stopped after {stopped:?}"
+    );
     Ok(())
 }

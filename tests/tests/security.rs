@@ -7,7 +7,9 @@ use anyhow::{Context, Result, ensure};
 use e2e::kinds::{self, OPERATORS, free_node_port};
 use e2e::manifests::{granted, kubectl_capture, kustomize, manifest_file, of_kind, write_json};
 use e2e::operator::{OperatorProcess, install};
-use e2e::rbac::{operator_user, permissions_beyond_baseline};
+use e2e::rbac::{
+    apply_leader_for_life_rbac, leader_for_life_rbac, operator_user, permissions_beyond_baseline,
+};
 use e2e::{TestNamespace, can_i, create_from_json, repo_root, target_dir};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
@@ -87,15 +89,24 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
     expand(rules)
 }
 
-/// The leader-election Role in `<operator>-system`: the Lease, the for-life ConfigMap lock
-/// and the pod that owns it, and events.
+/// The leader-election Role in `<operator>-system`: the Lease of the default mode, and
+/// nothing else.
 fn needed_for_leader_election() -> BTreeSet<(String, String)> {
+    expand(&[("leases.coordination.k8s.io", &["get", "create", "update"])])
+}
+
+/// The leader-for-life Role in `<operator>-system` (`leader-for-life/`, applied by those
+/// who choose that mode): the ConfigMap lock, and the Pods that own it.
+fn needed_for_leader_for_life() -> BTreeSet<(String, String)> {
     expand(&[
-        ("leases.coordination.k8s.io", &["get", "create", "update"]),
         ("configmaps", &["get", "create", "delete"]),
         ("pods", &["get"]),
-        ("events.events.k8s.io", &["create", "patch"]),
     ])
+}
+
+/// The leader-for-life ClusterRole: the Node of the Pod that leads (NotReady or deleted).
+fn needed_for_leader_for_life_nodes() -> BTreeSet<(String, String)> {
+    expand(&[("nodes", &["get"])])
 }
 
 /// The metrics-auth ClusterRole (`base/metrics-auth-rbac.yaml`), bound cluster-wide:
@@ -138,6 +149,8 @@ fn used_without_a_request(operator: &str) -> BTreeSet<(String, String)> {
         // Leader election (lease and for-life) and the metrics authentication are the
         // common crate's; the suite runs them with the PodSet operator.
         implicit.extend(needed_for_leader_election());
+        implicit.extend(needed_for_leader_for_life());
+        implicit.extend(needed_for_leader_for_life_nodes());
         implicit.extend(needed_for_metrics_auth());
     }
     implicit
@@ -220,6 +233,25 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
         needed_for_leader_election(),
         "{operator} leader-election Role"
     );
+    let for_life = manifest_file(&leader_for_life_rbac(operator))?;
+    let for_life_role = for_life
+        .iter()
+        .find(|o| o["kind"] == "Role")
+        .context("no leader-for-life Role")?;
+    assert_eq!(
+        granted(for_life_role),
+        needed_for_leader_for_life(),
+        "{operator} leader-for-life Role"
+    );
+    let for_life_nodes = for_life
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole")
+        .context("no leader-for-life ClusterRole")?;
+    assert_eq!(
+        granted(for_life_nodes),
+        needed_for_leader_for_life_nodes(),
+        "{operator} leader-for-life ClusterRole"
+    );
     let metrics_auth_rbac = manifest_file(&tree.join("base/metrics-auth-rbac.yaml"))?;
     let metrics_auth = metrics_auth_rbac
         .iter()
@@ -248,10 +280,14 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
     );
 
     // The API server agrees: in a watched namespace exactly the ClusterRole (and the
-    // cluster-scoped metrics-auth rules), in its own namespace also the leader-election
-    // Role, and nothing else.
+    // cluster-scoped metrics-auth and Node rules), in its own namespace also the
+    // leader-election Roles, and nothing else. The leader-for-life rights are applied here
+    // as its users apply them (the leader-election tests run that mode too), so the
+    // answer does not depend on which test ran first.
+    apply_leader_for_life_rbac(operator)?;
     let mut in_watched = needed(operator);
     in_watched.extend(needed_for_metrics_auth());
+    in_watched.extend(needed_for_leader_for_life_nodes());
     assert_eq!(
         permissions_beyond_baseline(&sa, &ns.name, &ns.name)?,
         in_watched,
@@ -259,6 +295,7 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
     );
     let mut in_system = in_watched.clone();
     in_system.extend(needed_for_leader_election());
+    in_system.extend(needed_for_leader_for_life());
     assert_eq!(
         permissions_beyond_baseline(&sa, &system, &ns.name)?,
         in_system,
@@ -344,6 +381,8 @@ async fn rbac_matrix(operator: &str) -> Result<()> {
         &["create", "namespaces"],
         &["delete", "namespaces"],
         &["update", "namespaces"],
+        &["list", "nodes"],
+        &["watch", "nodes"],
         &["create", "nodes"],
         &["delete", "nodes"],
         &["patch", "nodes"],

@@ -1,26 +1,57 @@
 //! Mode `for-life`: operator-sdk's leader-for-life ConfigMap lock (see the parent module's doc).
+//!
+//! When the Pod that owns the lock is gone, its lock may be removed and another Pod takes
+//! over. Gone means, as operator-sdk (operator-lib's `leader` package) judges it and
+//! slightly stricter:
+//! - no Pod of that name, or one with another UID (deleted; garbage collection removes its
+//!   lock too, a candidate does not wait for it);
+//! - phase `Failed` (for instance `Evicted` by the kubelet under node pressure) or
+//!   `Succeeded`: terminal, its containers never run again;
+//! - being deleted and past its `deletionTimestamp`: the kubelet had until then to stop
+//!   its containers, so a Pod still there is one the kubelet cannot or will not finish
+//!   (a Pod just being deleted is not gone: its process may still be reconciling during
+//!   its grace period);
+//! - scheduled on a Node that no longer exists, or whose `Ready` condition is not `True`
+//!   (`False`, or `Unknown` when the node stopped reporting: unreachable). This read is
+//!   cluster-scoped and optional: without the `nodes get` the for-life RBAC grants, a
+//!   warning is logged once and a NotReady node keeps its leader.
+//!
+//! The candidate then deletes the lock with a UID precondition (only the lock it judged,
+//! never one a faster candidate created meanwhile) and creates its own at once. It does not
+//! delete the old Pod (operator-lib does, which needs `delete` on Pods): a finished Pod runs
+//! nothing, and a Pod on a lost node is the node lifecycle's to remove. The old leader, if
+//! it still runs and reaches the API server (a node NotReady because only its kubelet
+//! failed), sees its lock gone at its next check, every retry period, and stops.
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::{
-    api::core::v1::{ConfigMap, Pod},
+    api::core::v1::{ConfigMap, Node, Pod},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, PostParams, Preconditions},
 };
+use tokio::time::Instant;
 
-use tokio::sync::oneshot;
-
-use super::{LeaderConfig, Leadership};
+use super::{
+    LeaderConfig,
+    keep::{Check, Keep},
+};
 
 /// operator-sdk's leader-for-life lock: a ConfigMap owned by the leader's Pod.
 #[derive(Debug)]
 pub struct ForLifeLock {
     config_maps: Api<ConfigMap>,
     pods: Api<Pod>,
+    nodes: Api<Node>,
     config: LeaderConfig,
+    /// This replica's Pod UID, once read: the owner the lock names.
+    my_uid: Option<String>,
+    /// Whether reading a Node was forbidden already (the warning is logged once).
+    nodes_forbidden: bool,
 }
 
 /// How long a for-life candidate waits between attempts at most (operator-sdk: 16 s).
@@ -35,23 +66,27 @@ impl ForLifeLock {
             .unwrap_or_else(|| config.namespace.clone());
         Self {
             config_maps: Api::namespaced(client.clone(), &namespace),
-            pods: Api::namespaced(client, &namespace),
+            pods: Api::namespaced(client.clone(), &namespace),
+            nodes: Api::all(client),
             config,
+            my_uid: None,
+            nodes_forbidden: false,
         }
     }
 
-    pub(super) async fn acquire(&mut self) {
+    /// Tries until this Pod holds the lock; returns when it did.
+    pub(super) async fn acquire(&mut self) -> Instant {
         let mut wait = Duration::from_secs(1);
         let mut last_owner = String::new();
         loop {
             match self.try_acquire().await {
                 Ok(None) => {
                     tracing::info!(lock = %self.config.lease_name, "acquired leadership for life");
-                    return;
+                    return Instant::now();
                 }
                 Ok(Some(owner)) => {
                     if owner != last_owner {
-                        tracing::info!(lock = %self.config.lease_name, %owner, "the pod that leads for life still exists; standing by");
+                        tracing::info!(lock = %self.config.lease_name, %owner, "the pod that leads for life still runs; standing by");
                         last_owner = owner;
                     }
                 }
@@ -69,6 +104,7 @@ impl ForLifeLock {
         let pod_name = std::env::var("POD_NAME").map_err(|_| ForLifeError::NoPodName)?;
         let me = self.pods.get(&pod_name).await?;
         let my_uid = me.meta().uid.clone().ok_or(ForLifeError::NoPodUid)?;
+        self.my_uid = Some(my_uid.clone());
         let owner = OwnerReference {
             api_version: "v1".into(),
             kind: "Pod".into(),
@@ -84,21 +120,23 @@ impl ForLifeLock {
             },
             ..ConfigMap::default()
         };
-        match self.config_maps.create(&PostParams::default(), &lock).await {
-            Ok(_) => return Ok(None),
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-        let existing = self.config_maps.get_opt(&self.config.lease_name).await?;
-        let holder = match decide(&my_uid, existing.as_ref()) {
-            Decision::Lead => return Ok(None),
-            Decision::StandBy { owner } => return Ok(Some(owner)),
-            Decision::CheckOwner(holder) => holder,
-        };
-        let pod = self.pods.get_opt(&holder.name).await?;
-        if owner_gone(&holder, pod.as_ref()) {
-            // The owner is gone but garbage collection has not removed the lock yet:
-            // delete exactly that lock (precondition on its UID) and try again.
+        // A second create right after removing the lock of a Pod that is gone.
+        for _ in 0..2 {
+            match self.config_maps.create(&PostParams::default(), &lock).await {
+                Ok(_) => return Ok(None),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            let existing = self.config_maps.get_opt(&self.config.lease_name).await?;
+            let holder = match decide(&my_uid, existing.as_ref()) {
+                Decision::Lead => return Ok(None),
+                Decision::StandBy { owner } => return Ok(Some(owner)),
+                Decision::CheckOwner(holder) => holder,
+            };
+            let Some(gone) = self.owner_gone(&holder).await? else {
+                return Ok(Some(holder.name));
+            };
+            // Delete exactly the lock that was judged (precondition on its UID).
             let precondition = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: existing.and_then(|lock| lock.metadata.uid),
@@ -112,26 +150,53 @@ impl ForLifeLock {
                 .await
             {
                 Ok(_) => {
-                    tracing::info!(lock = %self.config.lease_name, previous = %holder.name, "removed the lock of a pod that is gone")
+                    tracing::info!(lock = %self.config.lease_name, previous = %holder.name, reason = %gone, "removed the lock of a pod that is gone");
                 }
+                // Removed already, or replaced by a faster candidate: the create says which.
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(Some(holder.name))
+        Ok(Some("(a lock just replaced)".into()))
     }
 
-    /// Leadership held until the Pod is gone: never lost, nothing to hand back on shutdown.
-    pub(super) fn keep_leading(self) -> Leadership {
-        let (lost_tx, lost) = oneshot::channel();
-        let (stop, stop_rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let _ = stop_rx.await;
-            drop(lost_tx);
-            None
-        });
-        Leadership { lost, stop, task }
+    /// Why the Pod `owner` no longer counts as running the leader, if it does not.
+    async fn owner_gone(&mut self, owner: &OwnerReference) -> Result<Option<Gone>, ForLifeError> {
+        let pod = self.pods.get_opt(&owner.name).await?;
+        let node = match pod_verdict(owner, pod.as_ref(), Timestamp::now()) {
+            PodVerdict::Gone(gone) => return Ok(Some(gone)),
+            PodVerdict::Runs { node: None } => return Ok(None),
+            PodVerdict::Runs { node: Some(node) } => node,
+        };
+        match self.nodes.get_opt(&node).await {
+            Ok(found) => Ok(node_verdict(&node, found.as_ref())),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                if !self.nodes_forbidden {
+                    self.nodes_forbidden = true;
+                    tracing::warn!(%node, "cannot read the node of the pod that leads for life (apply the leader-for-life RBAC, which grants `get` on nodes): a leader on a NotReady node will not be replaced");
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
+}
+
+impl Keep for ForLifeLock {
+    /// Whether the lock still exists and is owned by this Pod. An API error proves
+    /// nothing: leadership for life has no expiry, so the leader keeps leading.
+    async fn check(&mut self, _last_held: Instant) -> Check {
+        let Some(my_uid) = self.my_uid.clone() else {
+            return Check::Lost("this pod's UID is unknown".into());
+        };
+        match self.config_maps.get_opt(&self.config.lease_name).await {
+            Ok(lock) => still_held(&my_uid, lock.as_ref()),
+            Err(error) => Check::Unknown(error.to_string()),
+        }
+    }
+
+    /// Held for the Pod's life: nothing to hand back.
+    async fn release(&mut self) {}
 }
 
 /// What a candidate makes of the lock it could not create (operator-sdk's `Become`,
@@ -145,8 +210,8 @@ enum Decision {
         /// What the "standing by" log line names as the owner.
         owner: String,
     },
-    /// Another Pod owns the lock: whether it still exists ([`owner_gone`]) decides
-    /// between standing by and removing its lock.
+    /// Another Pod owns the lock: whether it is gone ([`pod_verdict`], [`node_verdict`])
+    /// decides between standing by and removing its lock.
     CheckOwner(OwnerReference),
 }
 
@@ -170,10 +235,128 @@ fn decide(my_uid: &str, lock: Option<&ConfigMap>) -> Decision {
     }
 }
 
-/// Whether the Pod that owns the lock is gone: `pod` (read by the owner's name) is missing,
-/// or is another Pod of the same name (a different UID). Its lock may then be removed.
-fn owner_gone(owner: &OwnerReference, pod: Option<&Pod>) -> bool {
-    pod.is_none_or(|p| p.meta().uid.as_deref() != Some(owner.uid.as_str()))
+/// The leader's check of its own lock, purely: held while the lock names this Pod.
+fn still_held(my_uid: &str, lock: Option<&ConfigMap>) -> Check {
+    match decide(my_uid, lock) {
+        Decision::Lead => Check::Held,
+        Decision::StandBy { .. } if lock.is_none() => {
+            Check::Lost("the leader-for-life lock was deleted".into())
+        }
+        Decision::StandBy { .. } => {
+            Check::Lost("the leader-for-life lock no longer names this pod".into())
+        }
+        Decision::CheckOwner(other) => Check::Lost(format!(
+            "the leader-for-life lock is now held by pod {}",
+            other.name
+        )),
+    }
+}
+
+/// Why the Pod that owns the lock no longer counts as running the leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Gone {
+    /// No Pod of that name.
+    Deleted,
+    /// A Pod of that name with another UID.
+    Replaced,
+    /// Phase `Failed` or `Succeeded`, with the status reason (`Evicted`...).
+    Finished {
+        phase: String,
+        reason: Option<String>,
+    },
+    /// Being deleted, past its `deletionTimestamp`.
+    DeletionOverdue,
+    /// Its Node does not exist.
+    NodeDeleted(String),
+    /// Its Node's `Ready` condition is not `True`.
+    NodeNotReady { node: String, status: String },
+}
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gone::Deleted => write!(f, "the pod was deleted"),
+            Gone::Replaced => write!(f, "the pod was replaced by another of the same name"),
+            Gone::Finished {
+                phase,
+                reason: Some(reason),
+            } => write!(f, "the pod is {phase} ({reason})"),
+            Gone::Finished {
+                phase,
+                reason: None,
+            } => write!(f, "the pod is {phase}"),
+            Gone::DeletionOverdue => {
+                write!(f, "the pod is being deleted and its grace period is over")
+            }
+            Gone::NodeDeleted(node) => write!(f, "the pod's node {node} no longer exists"),
+            Gone::NodeNotReady { node, status } => {
+                write!(f, "the pod's node {node} is not ready (Ready={status})")
+            }
+        }
+    }
+}
+
+/// What the Pod read by the owner's name says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PodVerdict {
+    /// The owner is gone.
+    Gone(Gone),
+    /// It may still run the leader; on `node`, which decides next ([`node_verdict`]).
+    Runs { node: Option<String> },
+}
+
+/// Judges the owner's Pod, purely. `pod` was read by the owner's name; `now` is this
+/// replica's clock (compared with the `deletionTimestamp` the API server set: a skew
+/// between the two clocks moves the takeover by as much).
+fn pod_verdict(owner: &OwnerReference, pod: Option<&Pod>, now: Timestamp) -> PodVerdict {
+    let Some(pod) = pod else {
+        return PodVerdict::Gone(Gone::Deleted);
+    };
+    if pod.meta().uid.as_deref() != Some(owner.uid.as_str()) {
+        return PodVerdict::Gone(Gone::Replaced);
+    }
+    let status = pod.status.as_ref();
+    if let Some(phase) = status
+        .and_then(|s| s.phase.as_deref())
+        .filter(|phase| matches!(*phase, "Failed" | "Succeeded"))
+    {
+        return PodVerdict::Gone(Gone::Finished {
+            phase: phase.to_owned(),
+            reason: status.and_then(|s| s.reason.clone()),
+        });
+    }
+    if pod
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|deadline| deadline.0 <= now)
+    {
+        return PodVerdict::Gone(Gone::DeletionOverdue);
+    }
+    PodVerdict::Runs {
+        node: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty()),
+    }
+}
+
+/// Judges the owner's Node `name`, purely: `node` is what was read (`None`: not found).
+/// A Node without a `Ready` condition has not reported yet: not judged.
+fn node_verdict(name: &str, node: Option<&Node>) -> Option<Gone> {
+    let Some(node) = node else {
+        return Some(Gone::NodeDeleted(name.to_owned()));
+    };
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))?;
+    (ready.status != "True").then(|| Gone::NodeNotReady {
+        node: name.to_owned(),
+        status: ready.status.clone(),
+    })
 }
 
 /// Why a leader-for-life attempt failed.
@@ -192,6 +375,12 @@ enum ForLifeError {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use k8s_openapi::{
+        api::core::v1::{NodeCondition, NodeStatus, PodSpec, PodStatus},
+        apimachinery::pkg::apis::meta::v1::Time,
+    };
+
     use super::*;
 
     fn pod_owner(name: &str, uid: &str) -> OwnerReference {
@@ -264,14 +453,183 @@ mod tests {
         );
     }
 
+    const NOW: &str = "2026-01-01T00:01:00Z";
+
+    fn now() -> Timestamp {
+        NOW.parse().unwrap()
+    }
+
+    /// The owner's Pod, running on node `kwok-1`.
+    fn running(uid: &str) -> Pod {
+        let mut p = pod("operator-b", Some(uid));
+        p.spec = Some(PodSpec {
+            node_name: Some("kwok-1".into()),
+            ..PodSpec::default()
+        });
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..PodStatus::default()
+        });
+        p
+    }
+
+    fn runs_on_its_node() -> PodVerdict {
+        PodVerdict::Runs {
+            node: Some("kwok-1".into()),
+        }
+    }
+
     #[test]
-    fn owner_pod_gone_means_take_over_otherwise_stand_by() {
+    fn owner_pod_deleted_or_replaced_is_gone() {
         let owner = pod_owner("operator-b", "uid-b");
-        // Still there: stand by.
-        assert!(!owner_gone(&owner, Some(&pod("operator-b", Some("uid-b")))));
-        // Deleted, or replaced by a new Pod of the same name: the lock may go.
-        assert!(owner_gone(&owner, None));
-        assert!(owner_gone(&owner, Some(&pod("operator-b", Some("uid-c")))));
-        assert!(owner_gone(&owner, Some(&pod("operator-b", None))));
+        assert_eq!(
+            pod_verdict(&owner, None, now()),
+            PodVerdict::Gone(Gone::Deleted)
+        );
+        for other in [running("uid-c"), pod("operator-b", None)] {
+            assert_eq!(
+                pod_verdict(&owner, Some(&other), now()),
+                PodVerdict::Gone(Gone::Replaced)
+            );
+        }
+    }
+
+    #[test]
+    fn running_owner_pod_depends_on_its_node() {
+        let owner = pod_owner("operator-b", "uid-b");
+        assert_eq!(
+            pod_verdict(&owner, Some(&running("uid-b")), now()),
+            runs_on_its_node()
+        );
+        // Pending and Unknown are not terminal; without a node there is nothing to read.
+        for phase in [None, Some("Pending"), Some("Unknown")] {
+            let mut p = running("uid-b");
+            p.status = Some(PodStatus {
+                phase: phase.map(Into::into),
+                ..PodStatus::default()
+            });
+            p.spec = None;
+            assert_eq!(
+                pod_verdict(&owner, Some(&p), now()),
+                PodVerdict::Runs { node: None },
+                "{phase:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn evicted_failed_or_succeeded_owner_pod_is_gone() {
+        let owner = pod_owner("operator-b", "uid-b");
+        let cases = [
+            ("Failed", Some("Evicted"), "the pod is Failed (Evicted)"),
+            ("Failed", None, "the pod is Failed"),
+            ("Succeeded", None, "the pod is Succeeded"),
+        ];
+        for (phase, reason, says) in cases {
+            let mut p = running("uid-b");
+            p.status = Some(PodStatus {
+                phase: Some(phase.into()),
+                reason: reason.map(Into::into),
+                ..PodStatus::default()
+            });
+            let gone = Gone::Finished {
+                phase: phase.into(),
+                reason: reason.map(Into::into),
+            };
+            assert_eq!(gone.to_string(), says);
+            assert_eq!(pod_verdict(&owner, Some(&p), now()), PodVerdict::Gone(gone));
+        }
+    }
+
+    #[test]
+    fn owner_pod_being_deleted_is_gone_once_its_grace_period_is_over() {
+        let owner = pod_owner("operator-b", "uid-b");
+        let deleting = |at: &str| {
+            let mut p = running("uid-b");
+            p.metadata.deletion_timestamp = Some(Time(at.parse().unwrap()));
+            p
+        };
+        // Within its grace period its process may still reconcile: not gone.
+        assert_eq!(
+            pod_verdict(&owner, Some(&deleting("2026-01-01T00:01:01Z")), now()),
+            runs_on_its_node()
+        );
+        for overdue in [NOW, "2026-01-01T00:00:30Z"] {
+            assert_eq!(
+                pod_verdict(&owner, Some(&deleting(overdue)), now()),
+                PodVerdict::Gone(Gone::DeletionOverdue)
+            );
+        }
+    }
+
+    fn node(ready: Option<&str>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("kwok-1".into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(
+                    [
+                        Some(("MemoryPressure", "False")),
+                        ready.map(|status| ("Ready", status)),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .map(|(type_, status)| NodeCondition {
+                        type_: type_.into(),
+                        status: status.into(),
+                        ..NodeCondition::default()
+                    })
+                    .collect(),
+                ),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn owner_on_a_node_not_ready_or_gone_is_gone() {
+        assert_eq!(node_verdict("kwok-1", Some(&node(Some("True")))), None);
+        // Not reported yet: not judged.
+        assert_eq!(node_verdict("kwok-1", Some(&node(None))), None);
+        for status in ["False", "Unknown"] {
+            let gone = node_verdict("kwok-1", Some(&node(Some(status)))).unwrap();
+            assert_eq!(
+                gone,
+                Gone::NodeNotReady {
+                    node: "kwok-1".into(),
+                    status: status.into()
+                }
+            );
+            assert_eq!(
+                gone.to_string(),
+                format!("the pod's node kwok-1 is not ready (Ready={status})")
+            );
+        }
+        assert_eq!(
+            node_verdict("kwok-1", None),
+            Some(Gone::NodeDeleted("kwok-1".into()))
+        );
+    }
+
+    #[test]
+    fn the_leader_keeps_leading_while_its_lock_names_it() {
+        let mine = lock(vec![pod_owner("operator-a", "uid-a")]);
+        assert_eq!(still_held("uid-a", Some(&mine)), Check::Held);
+        let theirs = lock(vec![pod_owner("operator-b", "uid-b")]);
+        assert_eq!(
+            still_held("uid-a", Some(&theirs)),
+            Check::Lost("the leader-for-life lock is now held by pod operator-b".into())
+        );
+        assert_eq!(
+            still_held("uid-a", None),
+            Check::Lost("the leader-for-life lock was deleted".into())
+        );
+        assert_eq!(
+            still_held("uid-a", Some(&lock(vec![]))),
+            Check::Lost("the leader-for-life lock no longer names this pod".into())
+        );
     }
 }

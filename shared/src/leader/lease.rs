@@ -1,18 +1,19 @@
 //! Mode `lease`: client-go's `LeaseLock` and `LeaderElector` on a `coordination.k8s.io/v1`
 //! Lease (see the parent module's doc).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
 };
 use kube::{Api, Client, api::PostParams};
-use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::{
-    JITTER_FACTOR, LeaderConfig, Leadership, jitter, lease_duration_seconds, micro_time,
-    random_unit,
+    JITTER_FACTOR, LeaderConfig, jitter,
+    keep::{Check, Keep, NOT_RENEWED},
+    lease_duration_seconds, micro_time, random_unit,
 };
 
 /// The Lease lock (client-go's `LeaseLock` + `LeaderElector`).
@@ -31,6 +32,8 @@ enum Attempt {
     Held,
     /// Someone else holds a lease that has not expired.
     HeldBy(String),
+    /// Another write came first (409): whoever wrote it, the next attempt reads it.
+    Conflict,
     /// The leader must stop leading, for this reason.
     Lost(String),
 }
@@ -44,19 +47,25 @@ impl LeaseLock {
         }
     }
 
-    pub(super) async fn acquire(&mut self) {
+    /// Tries until this replica holds the lease; returns when the request that won it
+    /// was sent (the renew deadline counts from there).
+    pub(super) async fn acquire(&mut self) -> Instant {
         let mut last_holder = String::new();
         loop {
+            let sent = Instant::now();
             match self.try_acquire_or_renew(None).await {
                 Ok(Attempt::Held) => {
                     tracing::info!(lease = %self.config.lease_name, identity = %self.config.identity, "acquired leadership");
-                    return;
+                    return sent;
                 }
                 Ok(Attempt::HeldBy(holder)) => {
                     if holder != last_holder {
                         tracing::info!(lease = %self.config.lease_name, %holder, "another replica leads; standing by");
                         last_holder = holder;
                     }
+                }
+                Ok(Attempt::Conflict) => {
+                    tracing::debug!(lease = %self.config.lease_name, "a concurrent candidate wrote the lease first");
                 }
                 // Only a leader steps down, and a candidate passes no renew time: never seen.
                 Ok(Attempt::Lost(reason)) => {
@@ -75,47 +84,9 @@ impl LeaseLock {
         }
     }
 
-    pub(super) fn keep_leading(mut self) -> Leadership {
-        let (lost_tx, lost) = oneshot::channel();
-        let (stop, mut stop_rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let mut last_renew = Instant::now();
-            loop {
-                tokio::select! {
-                    _ = &mut stop_rx => return Some(self),
-                    () = tokio::time::sleep(self.config.retry_period) => {}
-                }
-                let remaining = self
-                    .config
-                    .renew_deadline
-                    .saturating_sub(last_renew.elapsed());
-                let attempt = self.try_acquire_or_renew(Some(last_renew));
-                let reason = match tokio::time::timeout(remaining, attempt).await {
-                    Ok(Ok(Attempt::Held)) => {
-                        last_renew = Instant::now();
-                        continue;
-                    }
-                    // A concurrent write won (decide() steps down itself on another holder).
-                    Ok(Ok(Attempt::HeldBy(holder))) => format!("lease taken over by {holder}"),
-                    Ok(Ok(Attempt::Lost(reason))) => reason,
-                    Ok(Err(error))
-                        if !renew_deadline_passed(Instant::now(), last_renew, &self.config) =>
-                    {
-                        tracing::warn!(%error, "cannot renew leader lease; retrying");
-                        continue;
-                    }
-                    Ok(Err(error)) => format!("{NOT_RENEWED}: {error}"),
-                    Err(_) => NOT_RENEWED.to_owned(),
-                };
-                let _ = lost_tx.send(reason);
-                return Some(self);
-            }
-        });
-        Leadership { lost, stop, task }
-    }
-
     /// One round of client-go's `tryAcquireOrRenew`: read the Lease, [`decide`], and write
-    /// what the decision names. `last_renew` is the last successful renewal while leading.
+    /// what the decision names. `last_renew` is when the last successful renewal was sent,
+    /// while leading.
     async fn try_acquire_or_renew(
         &mut self,
         last_renew: Option<Instant>,
@@ -182,15 +153,14 @@ impl LeaseLock {
                 );
                 Ok(Attempt::Held)
             }
-            // Someone else wrote first; they hold it now.
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                Ok(Attempt::HeldBy("a concurrent candidate".into()))
-            }
+            // Someone else wrote first (a candidate, or anyone editing the Lease).
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Conflict),
             Err(e) => Err(e),
         }
     }
 
-    pub(super) async fn release(&mut self) {
+    /// Hands the lease back (empty holder, 1 s) if this replica holds it.
+    async fn hand_back(&mut self) {
         let result = async {
             let Some(mut lease) = self.api.get_opt(&self.config.lease_name).await? else {
                 return Ok(false);
@@ -224,8 +194,24 @@ impl LeaseLock {
     }
 }
 
-/// The leadership-lost reason of a leader that could not renew in time.
-const NOT_RENEWED: &str = "not renewed within the renew deadline";
+impl Keep for LeaseLock {
+    /// One renewal. A conflicting write or an API error is retried until the deadline
+    /// (as client-go does): the next read shows whether another replica took over.
+    async fn check(&mut self, last_held: Instant) -> Check {
+        match self.try_acquire_or_renew(Some(last_held)).await {
+            Ok(Attempt::Held) => Check::Held,
+            // decide() steps down itself on another holder; this is the belt to it.
+            Ok(Attempt::HeldBy(holder)) => Check::Lost(format!("lease taken over by {holder}")),
+            Ok(Attempt::Lost(reason)) => Check::Lost(reason),
+            Ok(Attempt::Conflict) => Check::Unknown("a concurrent write to the lease".into()),
+            Err(error) => Check::Unknown(error.to_string()),
+        }
+    }
+
+    async fn release(&mut self) {
+        self.hand_back().await;
+    }
+}
 
 /// What one look at the Lease tells this replica to do: the decision of client-go's
 /// `tryAcquireOrRenew`, without the I/O.
@@ -355,11 +341,19 @@ fn record(current: Option<&LeaseSpec>, me: &str, now: &MicroTime, duration_secs:
     if new.holder_identity.as_deref() != Some(me) {
         new.holder_identity = Some(me.to_owned());
         new.acquire_time = Some(now.clone());
-        new.lease_transitions = Some(new.lease_transitions.unwrap_or(0) + 1);
+        new.lease_transitions = Some(next_transition(new.lease_transitions));
     }
     new.renew_time = Some(now.clone());
     new.lease_duration_seconds = Some(duration_secs);
     new
+}
+
+/// The transition count after one more change of holder. The API server rejects a
+/// negative count, so the count saturates at `i32::MAX` (where wrapping, as client-go's
+/// int32 does, would make every later takeover fail validation) and a missing (or,
+/// never stored, negative) count counts as 0.
+fn next_transition(current: Option<i32>) -> i32 {
+    current.unwrap_or(0).max(0).saturating_add(1)
 }
 
 /// The record a leader writes on shutdown: no holder and a 1 s duration, so a successor

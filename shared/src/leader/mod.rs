@@ -5,38 +5,60 @@
 //! has not changed for `lease_duration` *as observed locally* (immune to clock skew between
 //! nodes); writes use optimistic concurrency (resourceVersion), so two candidates can
 //! never both win. The leader renews every `retry_period` and gives up, at once, when it
-//! has not renewed for `renew_deadline` or sees another holder. On shutdown it releases the
-//! lease (empty holder, 1 s duration) so a successor takes over without waiting.
+//! has not renewed for `renew_deadline`, counted from when its last successful renewal was
+//! *sent* (a candidate can only have seen that record change after it was sent, so the
+//! leader always stops before any candidate may take over), or when it sees another
+//! holder. On shutdown it releases the lease (empty holder, 1 s duration) so a successor
+//! takes over without waiting.
 //!
 //! Mode `for-life` is operator-sdk's leader-for-life: the leader creates a ConfigMap lock
 //! owned by its own Pod (found through `POD_NAME` and `POD_NAMESPACE`, from the downward
-//! API) and never gives it up; the lock goes when that Pod object is deleted (garbage
-//! collection, or a candidate that finds the owner gone). There is no split brain even when
-//! a node is cut off (a lease could expire while the old leader still runs), at the price
-//! of slower takeover.
+//! API) and never gives it up; the lock goes when that Pod is gone: deleted (garbage
+//! collection), finished (Failed, e.g. Evicted, or Succeeded), past the end of its
+//! deletion grace period, or on a Node that is NotReady or deleted (see `for_life.rs`).
+//! A candidate that finds the owner gone removes exactly that lock and takes over. The
+//! leader checks its lock every `retry_period` and stops as soon as it sees the lock gone
+//! or owned by another Pod. There is no expiry, so a leader cut off from the API server
+//! keeps leading until its Pod is judged gone, at the price of a slower takeover.
+//!
+//! A leader never says it leads when it does not: a loss is reported through
+//! [`Leadership::lost`], which also resolves when the task keeping the leadership ended
+//! without reporting (a panic); and when the controllers have not stopped within half the
+//! margin between the renew deadline and the lease duration after a loss was reported
+//! (the operator's runtime starved), the process exits (`keep.rs`).
+//!
+//! The election runs on an OS thread of its own with a small current-thread runtime, and
+//! so does its client (`runtime.rs`): a flood of reconciles on the operator's
+//! single-threaded runtime cannot delay a renewal past its deadline.
 //!
 //! Layout: this file holds the configuration, timing helpers, [`Elector`] and
-//! [`Leadership`]; `lease.rs` and `for_life.rs` hold each mode. In both, what to do is
-//! decided by a pure function of what was read (and, for the lease, of the local
+//! [`Leadership`]; `lease.rs` and `for_life.rs` hold each mode, `keep.rs` the loop that
+//! keeps a won leadership and `runtime.rs` the election's thread. In both modes, what to
+//! do is decided by a pure function of what was read (and, for the lease, of the local
 //! observation and clock), unit-tested without a cluster; the async loops only read,
 //! decide and perform the write the decision names.
 
 mod for_life;
+mod keep;
 mod lease;
+mod runtime;
 
 use std::{
     hash::{BuildHasher, Hasher},
+    sync::Arc,
     time::Duration,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
-use tokio::{sync::oneshot, task::JoinHandle};
+use tokio::{runtime::Handle, sync::oneshot, task::JoinHandle, time::Instant};
 
 pub use for_life::ForLifeLock;
 pub use lease::LeaseLock;
 
 use crate::cli::LeaderElectionMode;
+use keep::{Keep, Pace};
+use runtime::ElectionRuntime;
 
 /// Timing and identity of an election.
 #[derive(Debug, Clone)]
@@ -151,70 +173,220 @@ pub fn default_identity() -> String {
     format!("{host}_{:016x}", h.finish())
 }
 
-/// A candidate for leadership.
+/// A candidate for leadership. Everything it does runs on the election's own thread
+/// (`runtime.rs`); the futures it returns may be awaited on any runtime.
+pub struct Elector {
+    runtime: Arc<ElectionRuntime>,
+    client: Client,
+    mode: LeaderElectionMode,
+    config: LeaderConfig,
+    /// The lock between [`Elector::acquire`] and [`Elector::keep_leading`], with when the
+    /// request that won it was sent.
+    won: Option<(Lock, Instant)>,
+}
+
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("mode", &self.mode)
+            .field("config", &self.config)
+            .field("won", &self.won)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The lock of one mode.
 #[derive(Debug)]
-pub enum Elector {
-    /// A `coordination.k8s.io/v1` Lease.
-    Lease(LeaseLock),
-    /// A ConfigMap owned by this replica's Pod, held for the Pod's life.
-    ForLife(ForLifeLock),
+enum Lock {
+    Lease(Box<LeaseLock>),
+    ForLife(Box<ForLifeLock>),
 }
 
 impl Elector {
-    /// A candidate in `mode`.
-    #[must_use]
-    pub fn new(client: Client, mode: LeaderElectionMode, config: LeaderConfig) -> Self {
-        match mode {
-            LeaderElectionMode::Lease => Elector::Lease(LeaseLock::new(client, config)),
-            LeaderElectionMode::ForLife => Elector::ForLife(ForLifeLock::new(client, config)),
+    /// A candidate in `mode`, on a thread of its own. `client` builds the client the
+    /// election talks to the API server with; it is called inside the election's runtime,
+    /// so the client's background tasks (its buffer, its connections) run there too, never
+    /// behind the operator's reconciles. Must be called within a Tokio runtime (the
+    /// election falls back to it if its thread cannot be started).
+    ///
+    /// # Errors
+    /// What `client` returns.
+    pub fn start<E>(
+        mode: LeaderElectionMode,
+        config: LeaderConfig,
+        client: impl FnOnce() -> Result<Client, E>,
+    ) -> Result<Self, E> {
+        let runtime = Arc::new(ElectionRuntime::start());
+        let client = {
+            let _inside = runtime.handle().enter();
+            client()?
+        };
+        Ok(Self {
+            runtime,
+            client,
+            mode,
+            config,
+            won: None,
+        })
+    }
+
+    fn new_lock(&self) -> Lock {
+        let (client, config) = (self.client.clone(), self.config.clone());
+        match self.mode {
+            LeaderElectionMode::Lease => Lock::Lease(Box::new(LeaseLock::new(client, config))),
+            LeaderElectionMode::ForLife => {
+                Lock::ForLife(Box::new(ForLifeLock::new(client, config)))
+            }
         }
     }
 
     /// Waits until this replica leads. Errors talking to the API are logged and retried.
+    /// Cancel-safe: dropping the future stops the attempts.
     pub async fn acquire(&mut self) {
-        match self {
-            Elector::Lease(lock) => lock.acquire().await,
-            Elector::ForLife(lock) => lock.acquire().await,
+        loop {
+            let mut lock = match self.won.take() {
+                Some((lock, _)) => lock,
+                None => self.new_lock(),
+            };
+            let task = AbortOnDrop(self.runtime.handle().spawn(async move {
+                let since = match &mut lock {
+                    Lock::Lease(lease) => lease.acquire().await,
+                    Lock::ForLife(for_life) => for_life.acquire().await,
+                };
+                (lock, since)
+            }));
+            match task.join().await {
+                Ok(won) => {
+                    self.won = Some(won);
+                    return;
+                }
+                // A panic: nothing is held; a fresh lock tries again.
+                Err(error) => {
+                    tracing::error!(%error, "the leader-election task failed; trying again");
+                    tokio::time::sleep(self.config.retry_period).await;
+                }
+            }
         }
     }
 
-    /// Keeps the leadership (renewing in a background task) until released or lost.
+    /// Keeps the leadership (renewing or checking in a background task on the election's
+    /// thread) until released or lost. Without a won [`Elector::acquire`] the leadership
+    /// is lost at once.
     #[must_use]
-    pub fn keep_leading(self) -> Leadership {
-        match self {
-            Elector::Lease(lock) => lock.keep_leading(),
-            Elector::ForLife(lock) => lock.keep_leading(),
-        }
+    pub fn keep_leading(mut self) -> Leadership {
+        let pace = Pace::of(self.mode, &self.config);
+        let handle = self.runtime.handle().clone();
+        let mut leadership = match self.won.take() {
+            Some((Lock::Lease(lock), since)) => {
+                Leadership::spawn(&handle, *lock, pace, since, keep::exit_process)
+            }
+            Some((Lock::ForLife(lock), since)) => {
+                Leadership::spawn(&handle, *lock, pace, since, keep::exit_process)
+            }
+            None => Leadership::spawn(&handle, NeverWon, pace, Instant::now(), |_| {}),
+        };
+        leadership.runtime = Some(self.runtime);
+        leadership
     }
 }
 
-/// Held leadership: resolve [`Leadership::lost`] to learn of a loss; [`Leadership::release`] on shutdown.
+/// A task that is aborted when its handle is dropped (the caller stopped waiting).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> AbortOnDrop<T> {
+    async fn join(mut self) -> Result<T, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The lock of a candidate whose acquisition never completed: lost at the first look.
+struct NeverWon;
+
+impl Keep for NeverWon {
+    async fn check(&mut self, _last_held: Instant) -> keep::Check {
+        keep::Check::Lost("leadership was never acquired".to_owned())
+    }
+
+    async fn release(&mut self) {}
+}
+
+/// Held leadership: resolve [`Leadership::lost`] to learn of a loss; [`Leadership::release`]
+/// on shutdown. Dropping it tells the task keeping the leadership that the replica stopped
+/// leading (see [`Leadership::lost`]).
 #[derive(Debug)]
 pub struct Leadership {
-    lost: oneshot::Receiver<String>,
+    /// `None` once a loss was reported.
+    lost: Option<oneshot::Receiver<String>>,
+    /// Sent (release) or dropped (the replica stopped leading): the task ends.
     stop: oneshot::Sender<()>,
-    /// The renewal task; it returns the lock to release, if the mode releases one.
-    task: JoinHandle<Option<LeaseLock>>,
+    /// The task keeping the leadership; it releases the lock when stopped.
+    task: JoinHandle<()>,
+    /// The election's thread, kept alive as long as the leadership.
+    runtime: Option<Arc<ElectionRuntime>>,
 }
 
+/// The reason [`Leadership::lost`] gives when the task keeping the leadership ended
+/// without reporting (it panicked, or its runtime went away).
+pub const TASK_ENDED: &str = "the task keeping the leadership ended unexpectedly";
+
 impl Leadership {
-    /// Resolves with the reason when leadership is lost (renewal failed or another holder).
-    /// Never resolves for a leader-for-life.
-    pub async fn lost(&mut self) -> String {
-        match (&mut self.lost).await {
-            Ok(reason) => reason,
-            Err(_) => std::future::pending().await,
+    /// Keeps `lock` from `since` (when the request that won it was sent) in a task on
+    /// `handle`; `fence` runs when a loss is not acknowledged in time (see `keep.rs`).
+    fn spawn<K: Keep>(
+        handle: &Handle,
+        lock: K,
+        pace: Pace,
+        since: Instant,
+        fence: impl FnOnce(&str) + Send + 'static,
+    ) -> Self {
+        let (lost_tx, lost) = oneshot::channel();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let task = handle.spawn(keep::keep(lock, pace, since, stop_rx, lost_tx, fence));
+        Leadership {
+            lost: Some(lost),
+            stop,
+            task,
+            runtime: None,
         }
+    }
+
+    /// Resolves with the reason when leadership is lost: renewal failed or another holder
+    /// (lease), the lock gone or taken (for-life), or the task keeping the leadership ended
+    /// without a word ([`TASK_ENDED`]), so a dead renewal never reads as leading. The
+    /// caller must stop reconciling at once and then drop this value (or release it): the
+    /// process exits when that does not happen within the grace `keep.rs` describes.
+    /// Resolves once; pending afterwards.
+    pub async fn lost(&mut self) -> String {
+        let Some(lost) = self.lost.as_mut() else {
+            return std::future::pending().await;
+        };
+        let reason = match lost.await {
+            Ok(reason) => reason,
+            Err(_) => TASK_ENDED.to_owned(),
+        };
+        self.lost = None;
+        reason
     }
 
     /// Stops renewing and hands the lease back so a successor can take over at once.
     pub async fn release(self) {
-        let _ = self.stop.send(());
-        match self.task.await {
-            Ok(Some(mut lock)) => lock.release().await,
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, "lease renewal task failed; lease not released"),
+        let Leadership {
+            stop,
+            task,
+            runtime,
+            ..
+        } = self;
+        let _ = stop.send(());
+        if let Err(error) = task.await {
+            tracing::warn!(%error, "the task keeping the leadership failed; lease not released");
         }
+        drop(runtime);
     }
 }
 
@@ -222,6 +394,28 @@ impl Leadership {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_election_client_is_built_on_the_election_thread() {
+        let config = LeaderConfig {
+            lease_name: "lock".into(),
+            namespace: "default".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        let mut built_on = None;
+        let started = Elector::start(LeaderElectionMode::Lease, config, || {
+            built_on = Some((Handle::current().id(), std::thread::current().id()));
+            Err("no cluster here")
+        });
+        assert_eq!(started.err(), Some("no cluster here"));
+        let (runtime, thread) = built_on.unwrap();
+        assert_ne!(runtime, Handle::current().id());
+        // Entered from this thread; its tasks (the client's buffer) run on the other.
+        assert_eq!(thread, std::thread::current().id());
+    }
 
     #[test]
     fn identities_are_unique() {

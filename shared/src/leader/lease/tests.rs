@@ -154,6 +154,25 @@ fn lease_unchanged_for_its_duration_is_taken() {
 }
 
 #[test]
+fn transitions_never_overflow() {
+    assert_eq!(next_transition(None), 1);
+    assert_eq!(next_transition(Some(0)), 1);
+    assert_eq!(next_transition(Some(41)), 42);
+    // At the top the count stays there: a wrapped (negative) count would be rejected by
+    // the API server, and no replica could ever take the lease over again.
+    assert_eq!(next_transition(Some(i32::MAX - 1)), i32::MAX);
+    assert_eq!(next_transition(Some(i32::MAX)), i32::MAX);
+    assert_eq!(next_transition(Some(-5)), 1);
+    let mut spec = held_by("other", "2026-01-01T00:00:00Z");
+    spec.lease_transitions = Some(i32::MAX);
+    let taken = record(Some(&spec), ME, &at("2026-01-01T00:01:00Z"), 15);
+    assert_eq!(taken.lease_transitions, Some(i32::MAX));
+    // Renewing does not count a transition at all.
+    let renewed = record(Some(&taken), ME, &at("2026-01-01T00:01:02Z"), 15);
+    assert_eq!(renewed.lease_transitions, Some(i32::MAX));
+}
+
+#[test]
 fn holder_duration_is_the_one_in_the_lease() {
     let t0 = Instant::now();
     let mut long = held_by("other", "2026-01-01T00:00:00Z");
