@@ -335,3 +335,49 @@ async fn a_watched_namespace_deleted_while_the_namespaced_operator_was_down_goes
     e2e::delete_and_wait(&kept.api::<Memcached>(), "cache").await?;
     Ok(())
 }
+
+/// The same release without a namespace deletion, and only what is being deleted: with the
+/// operator down, an admin removes its RoleBinding in a watched namespace and a tenant
+/// deletes one of two Memcacheds there. Started again, the operator cannot reconcile that
+/// namespace; the deleted Memcached goes, the other keeps its finalizer and its spec.
+#[tokio::test]
+async fn only_memcacheds_being_deleted_are_released_where_the_operator_lost_its_role() -> Result<()>
+{
+    install(OPERATOR)?;
+    let cut = TestNamespace::restricted("mcrole-cut").await?;
+    let kept = TestNamespace::restricted("mcrole-kept").await?;
+    let (kubeconfig, _grants) = overlay_identity(&kept, &[&cut, &kept]).await?;
+    let mut op = start(&kubeconfig, [&cut, &kept]).await?;
+    for name in ["deleted", "stays"] {
+        create_from_json::<Memcached>(&cut, kinds::memcached(name, 1)).await?;
+    }
+    for name in ["deleted", "stays"] {
+        wait_memcached_ready(&cut, name)
+            .await
+            .with_context(|| format!("operator log:\n{}", op.log()))?;
+    }
+    op.kill();
+
+    kubectl_ok(["delete", "rolebinding", OPERATOR, "-n", &cut.name])?;
+    let api = cut.api::<Memcached>();
+    api.delete("deleted", &kube::api::DeleteParams::default())
+        .await?;
+    let held = api.get("deleted").await?;
+    ensure!(held.metadata.deletion_timestamp.is_some() && has_finalizer(&held));
+    let before = api.get("stays").await?;
+
+    let op = start(&kubeconfig, [&cut, &kept]).await?;
+    poll("the deleted Memcached gone", TIMEOUT, || async {
+        Ok(api.get_opt("deleted").await?.is_none().then_some(()))
+    })
+    .await
+    .with_context(|| format!("operator log:\n{}", op.log()))?;
+    let after = api.get("stays").await?;
+    ensure!(
+        has_finalizer(&after)
+            && after.metadata.deletion_timestamp.is_none()
+            && after.metadata.resource_version == before.metadata.resource_version,
+        "the Memcached nobody deleted was changed: {after:?}"
+    );
+    Ok(())
+}
