@@ -247,9 +247,10 @@ fn check_overlay(operator: &str) -> Result<Value> {
     // The one exception: secure /metrics needs TokenReviews and SubjectAccessReviews,
     // which are cluster-scoped, so a ClusterRole grants them (and nothing else); the
     // metrics-reader ClusterRole names a URL, no object.
-    // Memcached, the one kind with a finalizer, also keeps get and patch of Memcacheds
-    // (and their status) cluster-wide: a deleted watched namespace loses its Role in the
-    // same sweep that deletes its Memcacheds, and the finalizer must still come off.
+    // Memcached, the one kind with a finalizer, also keeps get, list, watch and patch of
+    // Memcacheds (and patch of their status) cluster-wide: a deleted watched namespace
+    // loses its Role in the same sweep that deletes its Memcacheds, and the finalizer must
+    // still come off, even when the operator was down meanwhile.
     let metrics_roles = [
         format!("{operator}-metrics-auth-role"),
         format!("{operator}-metrics-reader"),
@@ -289,8 +290,10 @@ fn check_overlay(operator: &str) -> Result<Value> {
             let finalizer = operator == "memcached-operator"
                 && matches!(
                     (resource.as_str(), verb.as_str()),
-                    ("memcacheds.cache.example.com", "get" | "patch")
-                        | ("memcacheds.cache.example.com/status", "patch")
+                    (
+                        "memcacheds.cache.example.com",
+                        "get" | "list" | "watch" | "patch"
+                    ) | ("memcacheds.cache.example.com/status", "patch")
                 );
             ensure!(
                 metrics_auth || finalizer,

@@ -150,7 +150,17 @@ async fn memcached_converges_scales_and_repairs() -> Result<()> {
     let c = &pod_spec.containers[0];
     assert_eq!(
         c.command.clone().unwrap_or_default(),
-        ["memcached", "-m", "64", "-o", "modern", "-v"]
+        ["memcached", "-m", "64", "-o", "modern", "-v", "-p", "11211"]
+    );
+    // Ready only when memcached accepts connections on the port the Service targets.
+    let probe = c
+        .readiness_probe
+        .as_ref()
+        .and_then(|p| p.tcp_socket.as_ref())
+        .map(|t| t.port.clone());
+    assert_eq!(
+        probe,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("memcached".into()))
     );
     assert_eq!(
         c.ports.as_ref().and_then(|p| p[0].name.clone()).as_deref(),
@@ -188,7 +198,14 @@ async fn memcached_converges_scales_and_repairs() -> Result<()> {
         )
         .await?;
     wait_for(&deployments, "cache", |d: Option<&Deployment>| {
-        d.is_some_and(|d| container_port(d) == Some(12345))
+        d.is_some_and(|d| {
+            container_port(d) == Some(12345)
+                && d.spec
+                    .as_ref()
+                    .and_then(|s| s.template.spec.as_ref())
+                    .and_then(|p| p.containers[0].command.as_ref())
+                    .is_some_and(|c| c.ends_with(&["-p".to_owned(), "12345".to_owned()]))
+        })
     })
     .await?;
     wait_for(&services, "cache", |s: Option<&Service>| {

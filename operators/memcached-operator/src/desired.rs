@@ -7,7 +7,8 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         core::v1::{
-            Container, ContainerPort, ResourceRequirements, Service, ServicePort, ServiceSpec,
+            Container, ContainerPort, Probe, ResourceRequirements, Service, ServicePort,
+            ServiceSpec, TCPSocketAction,
         },
     },
     apimachinery::pkg::{
@@ -30,11 +31,42 @@ pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub const CONTAINER: &str = "memcached";
 /// The non-root user memcached runs as (as in the Go original).
 pub const POD_USER: i64 = 1001;
-/// The memcached command line (64 MB of item memory, modern defaults, verbose).
+/// The memcached command line before its port (64 MB of item memory, modern defaults,
+/// verbose), as in the Go original; [`command`] adds `-p <port>`.
 /// `-m 64`, not the tutorial's `-m=64`: memcached parses the latter as 0 MB
 /// and, before 1.6.2x, exits ("Cannot set item size limit higher than 1/2 of
 /// memory max"), as Debian's 1.6.18 did when the pods first really ran.
 pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
+
+/// The memcached command line of `mc`: [`COMMAND`] and `-p <spec.containerPort>`. The Go
+/// original left out `-p`, so memcached listened on 11211 whatever the port: the Service
+/// sent a non-default port to a port nothing listened on.
+#[must_use]
+pub fn command(mc: &Memcached) -> Vec<String> {
+    let mut command: Vec<String> = COMMAND.iter().map(|s| (*s).to_owned()).collect();
+    command.extend(["-p".to_owned(), mc.spec.port().to_string()]);
+    command
+}
+
+/// The readiness probe of the memcached container: a TCP connect to its named port, every
+/// 5 s. A pod is Ready (in the Service's endpoints, counted in the status) only once
+/// memcached accepts connections on the port the Service sends to.
+///
+/// No liveness probe: memcached that exits is restarted by the kubelet anyway, and a probe
+/// on the port every client of the Service reaches would let anyone who holds its
+/// connections open (memcached accepts 1,024 by default) get it restarted, which
+/// empties the cache. Readiness only takes it out of the endpoints meanwhile.
+#[must_use]
+pub fn readiness_probe() -> Probe {
+    Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::String(CONTAINER.to_owned()),
+            ..TCPSocketAction::default()
+        }),
+        period_seconds: Some(5),
+        ..Probe::default()
+    }
+}
 
 /// The labels the pods are selected by: fixed, owned by the operator, never copied from the
 /// Memcached's own labels.
@@ -86,8 +118,9 @@ fn metadata(mc: &Memcached, owner: OwnerReference) -> ObjectMeta {
 }
 
 /// The Deployment of `mc`: named after it, `size` replicas of `image` running
-/// `memcached -m 64 -o modern -v` as user 1001 under the `restricted` Pod Security
-/// Standard, with a read-only root filesystem and no service account token.
+/// `memcached -m 64 -o modern -v -p <containerPort>` as user 1001 under the `restricted`
+/// Pod Security Standard, with a read-only root filesystem, no service account token and
+/// a TCP readiness probe on the port.
 #[must_use]
 pub fn desired_deployment(mc: &Memcached, owner: OwnerReference, image: &str) -> Deployment {
     let mut pod_labels = selector_labels(mc);
@@ -95,13 +128,14 @@ pub fn desired_deployment(mc: &Memcached, owner: OwnerReference, image: &str) ->
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image.to_owned()),
-        command: Some(COMMAND.iter().map(|s| (*s).to_owned()).collect()),
+        command: Some(command(mc)),
         ports: Some(vec![ContainerPort {
             name: Some(CONTAINER.to_owned()),
             container_port: mc.spec.port(),
             protocol: Some("TCP".to_owned()),
             ..ContainerPort::default()
         }]),
+        readiness_probe: Some(readiness_probe()),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_owned(), Quantity("50m".to_owned())),
@@ -192,11 +226,17 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("memcached:1.6.38-alpine"));
         assert_eq!(
             c.command.clone().unwrap(),
-            ["memcached", "-m", "64", "-o", "modern", "-v"]
+            ["memcached", "-m", "64", "-o", "modern", "-v", "-p", "11211"]
         );
         let port = &c.ports.as_ref().unwrap()[0];
         assert_eq!(port.container_port, 11211);
         assert_eq!(port.name.as_deref(), Some("memcached"));
+        let probe = c.readiness_probe.as_ref().unwrap();
+        assert_eq!(
+            probe.tcp_socket.as_ref().unwrap().port,
+            IntOrString::String("memcached".into())
+        );
+        assert!(c.liveness_probe.is_none());
         let sc = c.security_context.as_ref().unwrap();
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(sc.read_only_root_filesystem, Some(true));
@@ -234,6 +274,34 @@ mod tests {
         let d = desired_deployment(&mc, owner(), "img");
         let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 12345);
+    }
+
+    #[test]
+    fn memcached_listens_where_the_service_and_the_probe_point() {
+        // The port the Service sends to, the port memcached is told to listen on and the
+        // port the readiness probe checks are one: a pod is Ready only when the Service
+        // reaches memcached.
+        for port in [11211, 11311, 1, 65535] {
+            let mc = memcached(1, Some(port));
+            let d = desired_deployment(&mc, owner(), "img");
+            let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
+            let command = c.command.clone().unwrap();
+            let p = command.iter().position(|a| a == "-p").unwrap();
+            assert_eq!(command[p + 1], port.to_string(), "{command:?}");
+            let named = &c.ports.as_ref().unwrap()[0];
+            assert_eq!(
+                (named.name.as_deref(), named.container_port),
+                (Some(CONTAINER), port)
+            );
+            let probe = c.readiness_probe.as_ref().unwrap().tcp_socket.clone();
+            assert_eq!(probe.unwrap().port, IntOrString::String(CONTAINER.into()));
+            let s = desired_service(&mc, owner()).spec.unwrap();
+            let sp = &s.ports.unwrap()[0];
+            assert_eq!(
+                (sp.port, sp.target_port.clone()),
+                (port, Some(IntOrString::String(CONTAINER.into())))
+            );
+        }
     }
 
     #[test]

@@ -7,11 +7,15 @@
 //! when they drifted -> [`status::status`] summarises the Deployment and pods -> the status
 //! subresource is patched if it changed, with an event per announced transition. On
 //! deletion the finalizer marks the Memcached `Degraded` (`Finalizing`), emits one Normal
-//! event and lets garbage collection remove the children.
+//! event and lets garbage collection remove the children. Installed namespace-scoped,
+//! [`release`] removes the finalizer of Memcacheds being deleted in a watched namespace the
+//! operator can no longer reconcile (its Role deleted with the namespace while the operator
+//! was down), so the namespace does not stay Terminating.
 
 pub mod api;
 pub mod desired;
 pub mod reconcile;
+pub mod release;
 pub mod status;
 
 #[cfg(test)]

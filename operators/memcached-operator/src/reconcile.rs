@@ -34,6 +34,7 @@ use crate::{
     FINALIZER, OPERATOR,
     api::{DEFAULT_IMAGE, Memcached},
     desired::{self, INSTANCE_LABEL},
+    release,
     status::{self, Problem},
 };
 
@@ -112,6 +113,9 @@ impl Context {
 /// manages (by label, mapped back through the controller owner reference); and the
 /// memcached pods (by label, mapped back through `app.kubernetes.io/instance`) so that
 /// `status.nodes` follows them as they come and go.
+///
+/// A scope of one namespace (a namespace-scoped run) also gets its
+/// [`release::release_while_stranded`] task, which ends with the scope's watches.
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     let ours = watcher::Config::default()
         .labels(&format!("app.kubernetes.io/managed-by={}", OPERATOR.name));
@@ -124,7 +128,7 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
         watcher::Config::default().labels(&desired::all_pods_selector()),
         &ctx.pods,
     );
-    scope
+    let controller = scope
         .controller::<Memcached>(watcher::Config::default())
         .owns_stream(deployment_events)
         .owns_stream(service_events)
@@ -133,7 +137,15 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
             pod.labels()
                 .get(INSTANCE_LABEL)
                 .map(|name| ObjectRef::<Memcached>::new(name).within(&ns))
-        })
+        });
+    if let Some(namespace) = scope.namespace() {
+        tokio::spawn(release::release_while_stranded(
+            scope.client().clone(),
+            namespace.to_owned(),
+            scope.status(),
+        ));
+    }
+    controller
 }
 
 /// Keeps the finalizer on every Memcached; brings its Deployment and Service in line with

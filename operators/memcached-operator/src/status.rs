@@ -282,6 +282,35 @@ mod tests {
     }
 
     #[test]
+    fn running_pods_that_fail_readiness_are_not_available() {
+        // memcached not listening on the Service's port: the readiness probe fails, so
+        // the pod runs but is not Ready and the Deployment counts it unavailable.
+        let mc = memcached(1, Some(11311));
+        let d = deployment(&mc, 1, 0);
+        let running = pod("cache-abc-a", false, false);
+        let now = jiff::Timestamp::from_second(100).unwrap();
+        let s = status(&mc, Some(&d), &[&running], None, now);
+        assert_eq!((s.replicas, s.ready_replicas), (1, 0));
+        for type_ in ["Available", "Ready"] {
+            let c = find(&s.conditions, type_).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "Reconciling")
+            );
+            assert_eq!(c.message, "0/1 pods available, 0 ready");
+        }
+        assert!(is_true(&s.conditions, "Progressing"));
+        // Ready pods but a Deployment that does not count them available yet (its own
+        // view lags): still not Available.
+        let ready = pod("cache-abc-a", true, false);
+        let s = status(&mc, Some(&d), &[&ready], None, now);
+        assert!(!is_true(&s.conditions, "Available"));
+        // Both agree: Available.
+        let s = status(&mc, Some(&deployment(&mc, 1, 1)), &[&ready], None, now);
+        assert!(is_true(&s.conditions, "Available") && is_true(&s.conditions, "Ready"));
+    }
+
+    #[test]
     fn size_zero_is_available() {
         let mc = memcached(0, None);
         let d = deployment(&mc, 0, 0);

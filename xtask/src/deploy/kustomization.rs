@@ -109,6 +109,9 @@ fn env_patch(deploy_dir: &Path, operator: &str, name: &str, value: &str) -> Resu
     Ok(serde_saphyr::to_string(&patch)?)
 }
 
+/// The namespaced overlay's file of cluster-wide RBAC on the operator's own kind, if any.
+const FINALIZER_RBAC: &str = "finalizer-rbac.yaml";
+
 /// Writes `target/deploy/<operator>/kustomization.yaml` (and its parts).
 pub(super) fn write_kustomization(
     operator: &str,
@@ -135,10 +138,19 @@ pub(super) fn write_kustomization(
             let (roles, patch) = namespaced_resources(deploy_dir, operator, namespaces)?;
             std::fs::write(out.join("watched-namespaces.yaml"), roles)?;
             std::fs::write(out.join("deployment-patch.yaml"), patch)?;
-            kustomization["resources"] = json!([
-                relative(&out, &deploy_dir.join("base")),
-                "watched-namespaces.yaml"
-            ]);
+            let mut resources = vec![
+                json!(relative(&out, &deploy_dir.join("base"))),
+                json!("watched-namespaces.yaml"),
+            ];
+            // The overlay's cluster-wide grant on the operator's own kind (Memcached's
+            // finalizer, which must come off after a watched namespace lost its Role),
+            // copied: kustomize loads no file from outside the kustomization's folder.
+            let finalizer = deploy_dir.join("namespaced").join(FINALIZER_RBAC);
+            if finalizer.exists() {
+                std::fs::copy(&finalizer, out.join(FINALIZER_RBAC))?;
+                resources.push(json!(FINALIZER_RBAC));
+            }
+            kustomization["resources"] = json!(resources);
             kustomization["patches"] = json!([{"path": "deployment-patch.yaml"}]);
         }
     }
