@@ -11,6 +11,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+/// How long to wait before looking again at a [`Claim::Leftover`]. Garbage collection
+/// normally removes a leftover and its deletion (it carries the operator's labels) triggers
+/// a reconcile; a leftover whose labels someone removed is not in the label-filtered watch,
+/// so its deletion announces nothing, and only this look brings the reconcile back.
+pub const LEFTOVER_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Condition reason (and event reason) of a child name held by someone else's object.
 pub const REASON_NAME_CONFLICT: &str = "NameConflict";
 

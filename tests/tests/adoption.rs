@@ -315,3 +315,56 @@ async fn pulsar_consumer_never_adopts_a_strangers_deployment() -> Result<()> {
     );
     Ok(())
 }
+
+/// The Deployment of a deleted Memcached, still there when a new Memcached of the same name
+/// arrives (a finalizer holds it) and out of the operator's watch (its managed-by label was
+/// removed): its deletion announces nothing, and the new Memcached still converges once it
+/// is gone, because a leftover is looked at again (`shared::ownership::LEFTOVER_RECHECK`).
+#[tokio::test]
+async fn memcached_converges_after_an_unlabelled_leftover_goes() -> Result<()> {
+    let ns = TestNamespace::new("leftover").await?;
+    let _op = OperatorProcess::start("memcached-operator", &[&ns.name]).await?;
+    create_from_json::<Memcached>(&ns, memcached("mc", 1)).await?;
+    wait_memcached_ready(&ns, "mc").await?;
+    let deployments: Api<Deployment> = ns.api();
+    let hold = "e2e.rust-operators.dev/hold";
+    deployments
+        .patch(
+            "mc",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {
+                "finalizers": [hold],
+                "labels": {"app.kubernetes.io/managed-by": null}
+            }})),
+        )
+        .await?;
+    let memcacheds: Api<Memcached> = ns.api();
+    let old = memcacheds.get("mc").await?;
+    delete_and_wait(&memcacheds, "mc").await?;
+    // Garbage collection marks the old Deployment deleted; the finalizer keeps it.
+    wait_until(&deployments, "mc", |d: &Deployment| {
+        d.meta().deletion_timestamp.is_some()
+    })
+    .await?;
+    let new = create_from_json::<Memcached>(&ns, memcached("mc", 1)).await?;
+    ensure!(new.uid() != old.uid(), "the new Memcached has the old UID");
+    let held = deployments.get("mc").await?;
+    ensure!(
+        !controlled_by(&held, &new.uid().unwrap_or_default()),
+        "the leftover Deployment was adopted"
+    );
+    deployments
+        .patch(
+            "mc",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+    let ready = wait_memcached_ready(&ns, "mc").await?;
+    let dep = deployments.get("mc").await?;
+    ensure!(
+        controlled_by(&dep, &ready.uid().unwrap_or_default()),
+        "the new Deployment is not the new Memcached's"
+    );
+    Ok(())
+}

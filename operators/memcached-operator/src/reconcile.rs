@@ -26,7 +26,7 @@ use shared::{
     conditions,
     events::Announce,
     namespaces::ScopedStores,
-    ownership::{Claim, claim},
+    ownership::{Claim, LEFTOVER_RECHECK, claim},
     slim::{Slim, SlimPod},
 };
 
@@ -182,6 +182,8 @@ enum Child<K> {
     Problem(Problem),
     /// The namespace is being deleted: nothing to do.
     NamespaceTerminating,
+    /// The child of an earlier Memcached of the same name is still there.
+    Leftover,
 }
 
 /// Server-side applies `desired` unless the cache shows it in sync. An object of that name
@@ -206,7 +208,7 @@ where
             // and its deletion triggers a reconcile.
             let kind = K::kind(&());
             tracing::info!(%kind, child = %name, "waiting for the child of an earlier Memcached to go");
-            return Ok(Child::Written(None));
+            return Ok(Child::Leftover);
         }
         Claim::Conflict(conflict) => {
             return Ok(Child::Problem(Problem::NameConflict(conflict.message())));
@@ -233,6 +235,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     let manager = ctx.toolkit.operator.name;
     let owner = owner_reference(mc)?;
     let mut problem = None;
+    let mut leftover = false;
 
     let cached = ctx.deployments.find(&ns, &name);
     let desired_deployment = desired::desired_deployment(mc, owner.clone(), &ctx.image);
@@ -246,6 +249,10 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     .await?
     {
         Child::Written(d) => d,
+        Child::Leftover => {
+            leftover = true;
+            None
+        }
         Child::Problem(p) => {
             problem = Some(p);
             None
@@ -265,6 +272,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     .await?
     {
         Child::Written(_) => {}
+        Child::Leftover => leftover = true,
         Child::Problem(p) => {
             problem.get_or_insert(p);
         }
@@ -282,6 +290,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     .await?;
     match problem {
         Some(Problem::ApplyFailed(msg) | Problem::NameConflict(msg)) => Err(Error::Children(msg)),
+        _ if leftover => Ok(Action::requeue(LEFTOVER_RECHECK)),
         _ => Ok(Action::await_change()),
     }
 }
