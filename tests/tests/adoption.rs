@@ -316,55 +316,65 @@ async fn pulsar_consumer_never_adopts_a_strangers_deployment() -> Result<()> {
     Ok(())
 }
 
-/// The Deployment of a deleted Memcached, still there when a new Memcached of the same name
-/// arrives (a finalizer holds it) and out of the operator's watch (its managed-by label was
-/// removed): its deletion announces nothing, and the new Memcached still converges once it
-/// is gone, because a leftover is looked at again (`shared::ownership::LEFTOVER_RECHECK`).
+/// The Deployment and Service of a deleted Memcached, still there when a new Memcached of
+/// the same name arrives (a finalizer holds them) and out of the operator's watch (their
+/// managed-by label was removed): their deletion announces nothing, and the new Memcached
+/// still converges once they are gone, because a leftover is looked at again
+/// (`shared::ownership::LEFTOVER_RECHECK`).
 #[tokio::test]
-async fn memcached_converges_after_an_unlabelled_leftover_goes() -> Result<()> {
+async fn memcached_converges_after_unlabelled_leftovers_go() -> Result<()> {
     let ns = TestNamespace::new("leftover").await?;
-    let _op = OperatorProcess::start("memcached-operator", &[&ns.name]).await?;
-    create_from_json::<Memcached>(&ns, memcached("mc", 1)).await?;
+    let op = OperatorProcess::start("memcached-operator", &[&ns.name]).await?;
+    // No pods: their events would trigger reconciles of their own.
+    create_from_json::<Memcached>(&ns, memcached("mc", 0)).await?;
     wait_memcached_ready(&ns, "mc").await?;
     let deployments: Api<Deployment> = ns.api();
-    let hold = "e2e.rust-operators.dev/hold";
-    deployments
-        .patch(
-            "mc",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"metadata": {
-                "finalizers": [hold],
-                "labels": {"app.kubernetes.io/managed-by": null}
-            }})),
-        )
-        .await?;
+    let services: Api<Service> = ns.api();
+    let hold = json!({"metadata": {"finalizers": ["e2e.rust-operators.dev/hold"]}});
+    let unlabel = json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}});
+    let release = json!({"metadata": {"finalizers": null}});
+    let merge = |patch: &serde_json::Value| kube::api::Patch::Merge(patch.clone());
+    let params = kube::api::PatchParams::default();
+    deployments.patch("mc", &params, &merge(&hold)).await?;
+    services.patch("mc", &params, &merge(&hold)).await?;
     let memcacheds: Api<Memcached> = ns.api();
     let old = memcacheds.get("mc").await?;
     delete_and_wait(&memcacheds, "mc").await?;
-    // Garbage collection marks the old Deployment deleted; the finalizer keeps it.
+    // Garbage collection marks the old children deleted; the finalizer keeps them. Only
+    // now are their labels removed (while their Memcached lived, the operator put them back).
     wait_until(&deployments, "mc", |d: &Deployment| {
         d.meta().deletion_timestamp.is_some()
     })
     .await?;
-    let new = create_from_json::<Memcached>(&ns, memcached("mc", 1)).await?;
+    wait_until(&services, "mc", |s: &Service| {
+        s.meta().deletion_timestamp.is_some()
+    })
+    .await?;
+    deployments.patch("mc", &params, &merge(&unlabel)).await?;
+    services.patch("mc", &params, &merge(&unlabel)).await?;
+    let new = create_from_json::<Memcached>(&ns, memcached("mc", 0)).await?;
     ensure!(new.uid() != old.uid(), "the new Memcached has the old UID");
-    let held = deployments.get("mc").await?;
+    // The operator has looked at the new Memcached while the leftovers were there.
+    wait_until(&memcacheds, "mc", |mc: &Memcached| {
+        mc.status
+            .as_ref()
+            .is_some_and(|s| s.observed_generation == mc.metadata.generation)
+    })
+    .await?;
+    let new_uid = new.uid().unwrap_or_default();
     ensure!(
-        !controlled_by(&held, &new.uid().unwrap_or_default()),
+        !controlled_by(&deployments.get("mc").await?, &new_uid),
         "the leftover Deployment was adopted"
     );
-    deployments
-        .patch(
-            "mc",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await?;
-    let ready = wait_memcached_ready(&ns, "mc").await?;
-    let dep = deployments.get("mc").await?;
+    // Nothing it watches will announce the leftovers' deletion: it keeps looking.
+    wait_more_reconciles(&op, 2.0).await?;
+    deployments.patch("mc", &params, &merge(&release)).await?;
+    services.patch("mc", &params, &merge(&release)).await?;
+    wait_memcached_ready(&ns, "mc").await?;
     ensure!(
-        controlled_by(&dep, &ready.uid().unwrap_or_default()),
-        "the new Deployment is not the new Memcached's"
+        controlled_by(&deployments.get("mc").await?, &new_uid)
+            && controlled_by(&services.get("mc").await?, &new_uid),
+        "the new children are not the new Memcached's"
     );
     Ok(())
 }
