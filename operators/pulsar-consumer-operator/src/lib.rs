@@ -12,15 +12,18 @@
 //! reconcile -> [`autoscale::decide`] turns the latest reading into a replica count (pure:
 //! clamp, stabilisation window, step limits) -> that count goes into the Deployment, and
 //! `status.backlog`, `desiredReplicas`, `lastScaleTime`, `ScalingActive` and
-//! `ScalingLimited` describe it.
+//! `ScalingLimited` describe it. The admin API is a tenant's endpoint: [`target`] decides
+//! where the operator connects, [`options`] what its administrator allows beyond that.
 
 pub mod admin;
 pub mod api;
 pub mod autoscale;
 pub mod desired;
+pub mod options;
 pub mod poll;
 pub mod reconcile;
 pub mod status;
+pub mod target;
 
 #[cfg(test)]
 mod fixtures;
