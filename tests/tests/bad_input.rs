@@ -348,6 +348,33 @@ async fn pulsar_consumer_bad_input_is_rejected_and_edges_converge() -> Result<()
                 with("serverAddress", json!("pulsar://host:0")),
                 "spec.serverAddress",
             ),
+            // Ports above 65535 were stored before; now refused, naming the field.
+            (
+                "bad".into(),
+                with("serverAddress", json!("pulsar://host:65536")),
+                "spec.serverAddress",
+            ),
+            (
+                "bad".into(),
+                with("serverAddress", json!("pulsar+ssl://[::1]:99999")),
+                "spec.serverAddress",
+            ),
+            (
+                "bad".into(),
+                with(
+                    "autoscaling",
+                    json!({"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "http://broker:65536"}),
+                ),
+                "spec.autoscaling.adminUrl",
+            ),
+            (
+                "bad".into(),
+                with(
+                    "autoscaling",
+                    json!({"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "https://broker:99999/"}),
+                ),
+                "spec.autoscaling.adminUrl",
+            ),
             (
                 "bad".into(),
                 with("serverAddress", json!("pulsar://-host:6650")),
@@ -391,6 +418,18 @@ async fn pulsar_consumer_bad_input_is_rejected_and_edges_converge() -> Result<()
             bad_merge(
                 json!({"serverAddress": "http://broker:6650"}),
                 "spec.serverAddress",
+            ),
+            bad_merge(
+                json!({"serverAddress": "pulsar://broker:99999"}),
+                "spec.serverAddress",
+            ),
+            bad_merge(
+                json!({"autoscaling": {"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "http://broker:70000"}}),
+                "spec.autoscaling.adminUrl",
+            ),
+            bad_merge(
+                json!({"autoscaling": {"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "http://169.254.169.254:80"}}),
+                "spec.autoscaling.adminUrl",
             ),
             bad_merge(json!({"topic": "t".repeat(513)}), "spec.topic"),
             bad_merge(json!({"subscriptionName": ""}), "spec.subscriptionName"),
