@@ -292,9 +292,14 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
     .with_context(|| format!("operator log:\n{}", op.log()))?;
     let scaled_at = pc.status.and_then(|s| s.last_scale_time);
 
-    // Reads that change nothing cost no reconcile: with the backlog standing still, ~6 reads
-    // at 1 s give none (before, each read was a reconcile). One is let through for the
-    // Deployment's status, which the simulated pods may still move.
+    // Reads that change nothing cost no reconcile: once the 3 (simulated) consumers are
+    // ready, the backlog standing still, ~6 reads at 1 s give none (before, each read was
+    // a reconcile). One is let through for a late change of the Deployment's status.
+    wait_scaled(&ns, "drain", "3 consumers ready", |pc, d| {
+        let ready = d.status.as_ref().and_then(|s| s.ready_replicas) == Some(3);
+        ready && condition(pc, "Ready").is_some_and(|(s, _)| s == "True")
+    })
+    .await?;
     let before = op.reconciles(&[])?;
     tokio::time::sleep(Duration::from_secs(6)).await;
     let quiet = op.reconciles(&[])? - before;
