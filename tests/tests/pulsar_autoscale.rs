@@ -361,10 +361,10 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
         topic.clone(),
         subscription.clone(),
     );
-    // Drained, as the broker says: `status.backlog` follows a backlog that only moves at
-    // most every 30 s, so it is not the clock here.
-    poll("the backlog drained", TIMEOUT, || async {
-        Ok((backlog_of(upstream, &topic, &subscription)? == Some(0)).then_some(()))
+    // Drained: a backlog reaching 0 is in the status at once (one that only moves is
+    // written at most every 30 s).
+    let (_, _) = wait_scaled(&ns, "drain", "the backlog drained", |pc, _| {
+        pc.status.as_ref().and_then(|s| s.backlog) == Some(0)
     })
     .await?;
     let drained_at = Instant::now();
@@ -378,7 +378,7 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
     .await?;
     let zero_after = drained_at.elapsed().as_secs_f64();
     // The window runs from the last non-zero reading, which can come up to one poll (1 s)
-    // before the broker shows a backlog of 0, and the test sees the status up to a status
+    // before the status shows a backlog of 0, and the test sees the status up to a status
     // write and a poll (about 1 s) later still; without the window this would take ~1 s.
     ensure!(
         zero_after >= (WINDOW_SECONDS as f64) - 3.0,
@@ -821,12 +821,16 @@ async fn pulsar_autoscaling_never_reaches_refused_targets() -> Result<()> {
     for m in &messages {
         ensure!(m.contains("spec.autoscaling.adminUrl"), "{m}");
     }
-    let warnings = events_where(&ns, |e| {
-        e.reason.as_deref() == Some("AdminTargetNotAllowed")
-            && e.type_.as_deref() == Some("Warning")
+    // One Warning each (published right after the status write).
+    poll("a Warning event for each", TIMEOUT, || async {
+        let warnings = events_where(&ns, |e| {
+            e.reason.as_deref() == Some("AdminTargetNotAllowed")
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .await?;
+        Ok((warnings.len() == 2).then_some(()))
     })
     .await?;
-    ensure!(warnings.len() == 2, "one Warning each: {warnings:#?}");
     ensure!(
         admin.connections() == 0,
         "{} connections reached the refused endpoint",

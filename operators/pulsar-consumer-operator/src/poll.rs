@@ -16,10 +16,10 @@
 //!   reads together hold at most that times the cap (about 13 MiB with the defaults);
 //! - reconciles and status writes: a read asks the controller for a reconcile only when it
 //!   matters ([`worth_a_reconcile`]): the first read, a change of the replicas the
-//!   autoscaler would now decide or of `ScalingLimited`, a read that fails for another
-//!   reason or works again; a backlog that only moves is written to `status.backlog` at
-//!   most every [`BACKLOG_REFRESH`] (whatever else reconciles the object writes the latest
-//!   one too). Before, every read cost a reconcile and usually a status write, on the one
+//!   autoscaler would now decide or of `ScalingLimited`, a backlog that drains (reaches 0)
+//!   or fills again, a read that fails for another reason or works again; a backlog that
+//!   only moves is written to `status.backlog` at most every [`BACKLOG_REFRESH`]
+//!   (whatever else reconciles the object writes the latest one too). Before, every read cost a reconcile and usually a status write, on the one
 //!   thread that also renews the leader lease.
 //!
 //! A task ends when its object is gone or no longer autoscaled (it checks the cache of
@@ -105,17 +105,22 @@ pub struct Told {
 /// Whether a read (`now`) is worth a reconcile, given what the last one that asked for a
 /// reconcile told (`last`) and whether the autoscaler would now change the replicas: the
 /// first read; another replica count; another `ScalingLimited`; a failure for another
-/// reason, or a read working again; a backlog that moved, once [`BACKLOG_REFRESH`] has
-/// passed since.
+/// reason, or a read working again; a backlog that drained (reached 0) or stopped being
+/// drained; a backlog that moved otherwise, once [`BACKLOG_REFRESH`] has passed since.
+///
+/// Whatever this answers, an object costs at most one reconcile per read, and reads come
+/// no more often than the operator's floor.
 #[must_use]
 pub fn worth_a_reconcile(last: Option<&Told>, now: &Told, replicas_change: bool) -> bool {
     let Some(last) = last else {
         return true;
     };
     let refresh = i64::try_from(BACKLOG_REFRESH.as_secs()).unwrap_or(i64::MAX);
+    let drained = |t: &Told| t.backlog == Some(0);
     replicas_change
         || last.failure != now.failure
         || last.limit != now.limit
+        || drained(last) != drained(now)
         || (last.backlog != now.backlog && now.at.saturating_sub(last.at) >= refresh)
 }
 
@@ -501,6 +506,10 @@ mod tests {
             !worth_a_reconcile(Some(&last), &ok(200, 500), false),
             "same backlog"
         );
+        // Drained, and no longer: at once.
+        assert!(worth_a_reconcile(Some(&last), &ok(105, 0), false));
+        assert!(worth_a_reconcile(Some(&ok(100, 0)), &ok(105, 1), false));
+        assert!(!worth_a_reconcile(Some(&ok(100, 0)), &ok(105, 0), false));
         // The replicas would change, or ScalingLimited: at once.
         assert!(worth_a_reconcile(Some(&last), &ok(105, 450), true));
         let limited = told(105, None, Some(500), Some(Limit::TooMany));
