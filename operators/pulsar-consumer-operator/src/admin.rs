@@ -1122,6 +1122,9 @@ mod tests {
         for admin_url in [
             url.clone(),
             format!("http://localhost:{port}"),
+            // Names the resolver reads as IPv4 loopback (the schema admits them as names).
+            format!("http://127.1:{port}"),
+            format!("http://2130706433:{port}"),
             format!("http://[::ffff:127.0.0.1]:{port}"),
             format!("http://0.0.0.0:{port}"),
             format!("http://kubernetes.default.svc:{port}"),
