@@ -19,8 +19,9 @@
 //!   autoscaler would now decide or of `ScalingLimited`, a backlog that drains (reaches 0)
 //!   or fills again, a read that fails for another reason or works again; a backlog that
 //!   only moves is written to `status.backlog` at most every [`BACKLOG_REFRESH`]
-//!   (whatever else reconciles the object writes the latest one too). Before, every read cost a reconcile and usually a status write, on the one
-//!   thread that also renews the leader lease.
+//!   (whatever else reconciles the object writes the latest one too). Before, every read
+//!   cost a reconcile and usually a status write, on the one thread that also renews the
+//!   leader lease.
 //!
 //! A task ends when its object is gone or no longer autoscaled (it checks the cache of
 //! PulsarConsumers before each read), when its settings change (the reconcile replaces it),

@@ -116,7 +116,8 @@ impl Context {
 /// (selected by the `app.kubernetes.io/managed-by` label, so other Deployments are not
 /// cached). A Deployment whose label someone removed leaves the cache, which reads as
 /// "deleted": the next reconcile re-applies it, label included. An autoscaled
-/// PulsarConsumer is also reconciled after every read of its backlog (`poll`).
+/// PulsarConsumer is also reconciled after a read of its backlog that matters
+/// (`poll::worth_a_reconcile`).
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PulsarConsumer> {
     let managed = format!("app.kubernetes.io/managed-by={}", OPERATOR.name);
     let (deployments, deployment_events) =
