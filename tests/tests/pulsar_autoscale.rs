@@ -293,19 +293,20 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
     let scaled_at = pc.status.and_then(|s| s.last_scale_time);
 
     // Reads that change nothing cost no reconcile: once the 3 (simulated) consumers are
-    // ready, the backlog standing still, ~6 reads at 1 s give none (before, each read was
-    // a reconcile). One is let through for a late change of the Deployment's status.
+    // ready, the backlog standing still, ~10 reads at 1 s give none (before, each read was
+    // a reconcile). A few are let through for late changes of the Deployment's status.
     wait_scaled(&ns, "drain", "3 consumers ready", |pc, d| {
         let ready = d.status.as_ref().and_then(|s| s.ready_replicas) == Some(3);
         ready && condition(pc, "Ready").is_some_and(|(s, _)| s == "True")
     })
     .await?;
     let before = op.reconciles(&[])?;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let quiet = op.reconciles(&[])? - before;
+    println!("autoscale: {quiet} reconciles in 10 s of 1 s reads of a standing backlog");
     ensure!(
-        quiet <= 1.0,
-        "{quiet} reconciles in 6 s of reads that changed nothing"
+        quiet <= 3.0,
+        "{quiet} reconciles in 10 s of reads that changed nothing"
     );
 
     // The admin API goes away: ScalingActive=False (one Warning), the replicas stay.
