@@ -28,6 +28,7 @@ use crate::{
     api::{Autoscaling, PulsarConsumer},
     autoscale::{self, Decision, History, Policy, Reading, Why},
     desired,
+    options::Options,
     poll::{self, Pollers},
     status::{self, Problem, REASON_INVALID_AUTOSCALING, REASON_NAME_CONFLICT, Scaling},
 };
@@ -77,12 +78,22 @@ pub struct Context {
     /// The backlog pollers of the autoscaled PulsarConsumers, and what the autoscaler
     /// remembers of each.
     pub pollers: Pollers,
+    /// The shortest interval between two reads of one object's backlog
+    /// ([`Options::min_poll_interval`]).
+    pub min_poll_interval: Duration,
 }
 
 impl Context {
-    /// A context; `image` comes from `PULSAR_CONSUMER_IMAGE` (unset or empty = the default).
+    /// A context with the default [`Options`]; `image` comes from `PULSAR_CONSUMER_IMAGE`
+    /// (unset or empty = the default).
     #[must_use]
     pub fn new(toolkit: Toolkit, image: Option<String>) -> Self {
+        Self::with_options(toolkit, image, &Options::default())
+    }
+
+    /// A context reading backlogs as `options` allow.
+    #[must_use]
+    pub fn with_options(toolkit: Toolkit, image: Option<String>, options: &Options) -> Self {
         Self {
             toolkit,
             deployments: ScopedStores::default(),
@@ -90,7 +101,8 @@ impl Context {
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(|| desired::DEFAULT_IMAGE.to_owned()),
             conflicts: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
-            pollers: Pollers::new(),
+            pollers: Pollers::new(options),
+            min_poll_interval: options.min_poll_interval,
         }
     }
 
@@ -104,7 +116,8 @@ impl Context {
 /// (selected by the `app.kubernetes.io/managed-by` label, so other Deployments are not
 /// cached). A Deployment whose label someone removed leaves the cache, which reads as
 /// "deleted": the next reconcile re-applies it, label included. An autoscaled
-/// PulsarConsumer is also reconciled after every read of its backlog (`poll`).
+/// PulsarConsumer is also reconciled after a read of its backlog that matters
+/// (`poll::worth_a_reconcile`).
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PulsarConsumer> {
     let managed = format!("app.kubernetes.io/managed-by={}", OPERATOR.name);
     let (deployments, deployment_events) =
@@ -211,8 +224,13 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     }
 }
 
-/// Where and how often to read the backlog of `pc`.
-fn poll_settings(pc: &PulsarConsumer, a: &Autoscaling) -> Result<poll::Settings, String> {
+/// Where and how often to read the backlog of `pc`: every `pollIntervalSeconds`, but not
+/// more often than every `min_interval` (the operator's floor).
+fn poll_settings(
+    pc: &PulsarConsumer,
+    a: &Autoscaling,
+    min_interval: Duration,
+) -> Result<poll::Settings, String> {
     let topic = admin::parse_topic(&pc.spec.topic)
         .ok_or_else(|| format!("the topic {:?} cannot be parsed", pc.spec.topic))?;
     let admin_url = match a.admin_url.as_deref().filter(|u| !u.is_empty()) {
@@ -230,7 +248,8 @@ fn poll_settings(pc: &PulsarConsumer, a: &Autoscaling) -> Result<poll::Settings,
             topic,
             subscription: pc.spec.subscription_name.clone(),
         },
-        interval: Duration::from_secs(u64::try_from(a.poll_interval_seconds.max(1)).unwrap_or(15)),
+        interval: Duration::from_secs(u64::try_from(a.poll_interval_seconds.max(1)).unwrap_or(15))
+            .max(min_interval),
     })
 }
 
@@ -248,7 +267,7 @@ fn autoscale(
         return None;
     };
     let policy = Policy::from_spec(spec);
-    let observation = match poll_settings(pc, spec) {
+    let observation = match poll_settings(pc, spec, ctx.min_poll_interval) {
         Ok(settings) => ctx.pollers.ensure(pc, settings),
         Err(message) => {
             ctx.pollers.stop(pc);
