@@ -19,7 +19,7 @@ use shared::{
     backoff::ErrorBackoff,
     conditions,
     namespaces::ScopedStores,
-    ownership::{Claim, claim},
+    ownership::{Claim, LEFTOVER_RECHECK, claim},
     slim::Slim,
 };
 
@@ -155,6 +155,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let now = conditions::now();
     let mut scaling = None;
     let mut replicas = pc.spec.replicas;
+    let mut leftover = false;
     let (deployment, problem) = match claim(&api, &name, cached, &owner).await? {
         // Someone else's Deployment has the name: never written, reported.
         Claim::Conflict(conflict) => {
@@ -163,9 +164,11 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             (None, Some(Problem::name_conflict(&conflict)))
         }
         // The Deployment of a deleted PulsarConsumer of the same name: garbage collection
-        // removes it, and its deletion (it carries our label) triggers a reconcile.
+        // removes it, and its deletion triggers a reconcile if it still carries our label;
+        // the requeue below covers one whose label was removed.
         Claim::Leftover => {
             tracing::info!(deployment = %name, "waiting for the Deployment of an earlier PulsarConsumer to go");
+            leftover = true;
             (None, None)
         }
         Claim::Free => {
@@ -217,6 +220,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             Ok(Action::requeue(ctx.conflicts.failed(&key)))
         }
         Some(p) => Err(Error::Rejected(p.message)),
+        None if leftover => Ok(Action::requeue(LEFTOVER_RECHECK)),
         None => {
             ctx.conflicts.succeeded(&key);
             Ok(Action::await_change())
