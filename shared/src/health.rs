@@ -210,8 +210,7 @@ pub async fn serve(
         metrics_limits,
     } = endpoints;
     let secure = matches!(metrics_security, MetricsSecurity::Secure { .. });
-    let mut routers: Vec<(&'static str, SocketAddr, Router, MetricsSecurity, Limits)> =
-        Vec::new();
+    let mut routers: Vec<(&'static str, SocketAddr, Router, MetricsSecurity, Limits)> = Vec::new();
     match (metrics_addr, health_addr) {
         (Some(ma), Some(ha)) if ma == ha && secure => {
             return Err(Error::Serve {
