@@ -18,8 +18,9 @@
 //!   headers are answered `431 Request Header Fields Too Large` and the connection closes.
 //!   Hyper's read buffer never grows past the limit (or 8 KiB, its floor).
 //! - a **connection limit** ([`Limits::max_connections`]) and a **per-peer limit**
-//!   ([`Limits::max_connections_per_peer`]): a peer is a source IP address (an IPv6
-//!   address counts by its /64). A peer at its limit has its next connection closed at
+//!   ([`Limits::max_connections_per_peer`]): a peer is a source IP address (the whole
+//!   address, IPv6 too: the pods of a node share a /64 with the node's own address, which
+//!   the kubelet probes from). A peer at its limit has its next connection closed at
 //!   once, without reading it. When the listener is full, a connection of a peer that holds
 //!   fewer connections than the peer holding the most displaces that peer's oldest
 //!   connection; otherwise it is closed. So one client, or a few, can neither take every
@@ -64,7 +65,7 @@ use std::{
     convert::Infallible,
     future::Future,
     io,
-    net::{IpAddr, Ipv6Addr, SocketAddr},
+    net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -104,7 +105,7 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Connections served at once (at least 1).
     pub max_connections: u32,
-    /// Connections served at once from one peer (source IP; IPv6 by /64), at least 1.
+    /// Connections served at once from one peer (source IP address), at least 1.
     pub max_connections_per_peer: u32,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
@@ -297,19 +298,15 @@ fn limit_socket_buffers(listener: &TcpListener, bytes: u32) {
     }
 }
 
-/// What a connection counts against: its source IP address, an IPv6 address by its /64
-/// (what one host or pod network is usually given), an IPv4-mapped one as IPv4.
+/// What a connection counts against: its source IP address, an IPv4-mapped IPv6 one as
+/// IPv4. Not an IPv6 prefix: a node's pods and the node's address (the kubelet's) often
+/// share one /64, and a pod cannot take more addresses than it is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Peer(IpAddr);
 
 impl Peer {
     fn of(addr: SocketAddr) -> Peer {
-        match addr.ip().to_canonical() {
-            IpAddr::V6(v6) => Peer(IpAddr::V6(Ipv6Addr::from(
-                u128::from(v6) & !u128::from(u64::MAX),
-            ))),
-            v4 => Peer(v4),
-        }
+        Peer(addr.ip().to_canonical())
     }
 }
 
@@ -886,12 +883,12 @@ mod tests {
     }
 
     #[test]
-    fn peers_are_addresses_and_ipv6_counts_by_its_64() {
+    fn peers_are_source_addresses_whatever_the_port() {
         let peer = |s: &str| Peer::of(s.parse().unwrap());
         assert_eq!(peer("10.0.0.1:1"), peer("10.0.0.1:2"));
         assert_ne!(peer("10.0.0.1:1"), peer("10.0.0.2:1"));
-        assert_eq!(peer("[2001:db8::1]:1"), peer("[2001:db8::ffff:1]:2"));
-        assert_ne!(peer("[2001:db8::1]:1"), peer("[2001:db8:0:1::1]:1"));
+        assert_eq!(peer("[2001:db8::1]:1"), peer("[2001:db8::1]:2"));
+        assert_ne!(peer("[2001:db8::1]:1"), peer("[2001:db8::2]:1"));
         assert_eq!(peer("[::ffff:10.0.0.1]:1"), peer("10.0.0.1:1"));
     }
 

@@ -43,8 +43,8 @@ pub struct Config {
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = Limits::PUBLIC.max_connections, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 
-    /// Connections to the page served at once from one client address (an
-    /// IPv6 address counts by its /64); further ones are closed.
+    /// Connections to the page served at once from one client address;
+    /// further ones are closed.
     #[arg(long, env = "MAX_CONNECTIONS_PER_PEER", default_value_t = Limits::PUBLIC.max_connections_per_peer, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections_per_peer: u32,
 
