@@ -2,6 +2,10 @@
 //!
 //! - `cluster up|down|status|env|stop`: the local Kubernetes control plane.
 //! - `crds [--check]`: regenerate the CRDs under `deploy/`, or fail on drift.
+//! - `installers [--check] [--registry R]`: the single-file installers
+//!   `deploy/<operator>/install.yaml`.
+//! - `release <version>`: bump the workspace version, regenerate, date the
+//!   changelog; prints the commands that commit and tag it.
 //! - `test`: the one command CI runs (format, lints, unit tests, CRD drift,
 //!   end-to-end tests on the local cluster).
 //! - `pulsar up|down|restart|status`: a real Apache Pulsar standalone broker
@@ -20,8 +24,11 @@ mod demo;
 mod deploy;
 mod deps;
 mod image;
+mod installers;
 mod pulsar;
+mod release;
 mod test;
+mod version;
 
 use xtask::{cmd, paths};
 
@@ -54,6 +61,15 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Write each operator's single-file installer, `deploy/<operator>/install.yaml`
+    /// (`kubectl apply -f` it), from its kustomize tree with the images pinned to
+    /// `ghcr.io/rust-operators/<image>:<workspace version>`; `--registry` points them at
+    /// another registry (with `--out-dir`).
+    Installers(installers::InstallersArgs),
+    /// Cut a release: set the workspace version, regenerate the CRDs and installers,
+    /// move CHANGELOG.md's Unreleased section under the version; prints the
+    /// `git commit`/`git tag` commands (commits nothing).
+    Release(release::ReleaseArgs),
     /// Run everything CI runs.
     Test(test::TestArgs),
     /// Build an OCI image of one binary under `target/images/` (and push it).
@@ -133,6 +149,8 @@ fn main() -> Result<()> {
         },
         Command::Demo(args) => demo::run(&args),
         Command::Crds { check } => crds::run(check),
+        Command::Installers(args) => installers::run(&args),
+        Command::Release(args) => release::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),
         Command::Deploy(args) => deploy::deploy(&args),
