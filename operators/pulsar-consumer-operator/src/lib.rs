@@ -12,12 +12,13 @@
 //! reconcile -> [`autoscale::decide`] turns the latest reading into a replica count (pure:
 //! clamp, stabilisation window, step limits) -> that count goes into the Deployment, and
 //! `status.backlog`, `desiredReplicas`, `lastScaleTime`, `ScalingActive` and
-//! `ScalingLimited` describe it.
+//! `ScalingLimited` describe it. [`metrics`] puts the backlog and the counts on `/metrics`.
 
 pub mod admin;
 pub mod api;
 pub mod autoscale;
 pub mod desired;
+pub mod metrics;
 pub mod poll;
 pub mod reconcile;
 pub mod status;

@@ -83,6 +83,12 @@ impl Context {
     /// A context; `image` comes from `PULSAR_CONSUMER_IMAGE` (unset or empty = the default).
     #[must_use]
     pub fn new(toolkit: Toolkit, image: Option<String>) -> Self {
+        let pollers = Pollers::new();
+        toolkit
+            .metrics
+            .add_object_gauges(Arc::new(crate::metrics::StatusGauges {
+                pollers: pollers.clone(),
+            }));
         Self {
             toolkit,
             deployments: ScopedStores::default(),
@@ -90,7 +96,7 @@ impl Context {
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(|| desired::DEFAULT_IMAGE.to_owned()),
             conflicts: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
-            pollers: Pollers::new(),
+            pollers,
         }
     }
 
