@@ -204,6 +204,10 @@ async fn create_samples(ns: &TestNamespace, kind: &Kind) -> Result<Vec<String>> 
         if sample["kind"] != kind.kind {
             continue;
         }
+        // `kubectl create --dry-run` filled in the kubeconfig's namespace.
+        if let Some(meta) = sample["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
         if kind.kind == "Lolcow" {
             sample["spec"]["port"] = Value::from(free_node_port(ns, "installer", &[]).await?);
         }
@@ -258,7 +262,10 @@ async fn installs_and_converges(kind: &'static Kind, test: &str) -> Result<()> {
         return e2e::skip(test, NO_REAL_NODE);
     }
     let operator = kind.operator;
+    let started = std::time::Instant::now();
+    let step = |what: &str| eprintln!("{operator}: {what} after {:.1?}", started.elapsed());
     push_image(operator)?;
+    step("image pushed");
     let file = local_installer(operator)?;
     // The harness's installs put `<operator>-system` on the simulated nodes: this one
     // runs for real.
@@ -275,7 +282,9 @@ async fn installs_and_converges(kind: &'static Kind, test: &str) -> Result<()> {
         "--timeout=60s",
         &format!("crd/{}.{}", kind.plural, kind.group),
     ])?;
+    step("applied");
     assert_operator_runs(&client, operator).await?;
+    step("operator running");
     let ns = TestNamespace::new(&format!("installer-{}", kind.short)).await?;
     installed.sample_namespace = Some(ns.name.clone());
     for name in create_samples(&ns, kind).await? {
@@ -283,7 +292,9 @@ async fn installs_and_converges(kind: &'static Kind, test: &str) -> Result<()> {
             .await
             .with_context(|| format!("the sample {} {name} from {}", kind.kind, file.display()))?;
     }
+    step("samples converged");
     drop(installed);
+    step("deleted");
     // Nothing of the installer is left: its namespace and CRD are gone.
     ensure!(
         !kubectl_runner().succeeds(["get", "namespace", &format!("{operator}-system")])
@@ -308,6 +319,33 @@ async fn podset_operator_installs_from_its_installer() -> Result<()> {
     installs_and_converges(
         &xtask::operators::PODSET,
         "podset_operator_installs_from_its_installer",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memcached_operator_installs_from_its_installer() -> Result<()> {
+    installs_and_converges(
+        &xtask::operators::MEMCACHED,
+        "memcached_operator_installs_from_its_installer",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lolcow_operator_installs_from_its_installer() -> Result<()> {
+    installs_and_converges(
+        &xtask::operators::LOLCOW,
+        "lolcow_operator_installs_from_its_installer",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pulsar_consumer_operator_installs_from_its_installer() -> Result<()> {
+    installs_and_converges(
+        &xtask::operators::PULSAR_CONSUMER,
+        "pulsar_consumer_operator_installs_from_its_installer",
     )
     .await
 }
