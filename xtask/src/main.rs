@@ -4,6 +4,7 @@
 //! - `crds [--check]`: regenerate the CRDs under `deploy/`, or fail on drift.
 //! - `installers [--check] [--registry R]`: the single-file installers
 //!   `deploy/<operator>/install.yaml`.
+//! - `actionlint`: lint the GitHub Actions workflows.
 //! - `release <version>`: bump the workspace version, regenerate, date the
 //!   changelog; prints the commands that commit and tag it.
 //! - `test`: the one command CI runs (format, lints, unit tests, CRD drift,
@@ -17,6 +18,7 @@
 //! - `deploy|undeploy <operator>`, `run <operator>`: install an operator on
 //!   the current cluster, or run it locally against it.
 
+mod actionlint;
 mod bench;
 mod cluster;
 mod crds;
@@ -70,6 +72,9 @@ enum Command {
     /// move CHANGELOG.md's Unreleased section under the version; prints the
     /// `git commit`/`git tag` commands (commits nothing).
     Release(release::ReleaseArgs),
+    /// Lint `.github/workflows/` with actionlint, built from its Go module (a step of
+    /// `cargo xtask test`).
+    Actionlint,
     /// Run everything CI runs.
     Test(test::TestArgs),
     /// Build an OCI image of one binary under `target/images/` (and push it).
@@ -151,6 +156,7 @@ fn main() -> Result<()> {
         Command::Crds { check } => crds::run(check),
         Command::Installers(args) => installers::run(&args),
         Command::Release(args) => release::run(&args),
+        Command::Actionlint => actionlint::run(),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),
         Command::Deploy(args) => deploy::deploy(&args),

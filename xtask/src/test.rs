@@ -66,6 +66,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
         ]))
     })?;
     step("hadolint (Dockerfiles)", hadolint)?;
+    step("actionlint (.github/workflows)", crate::actionlint::run)?;
     step("CRD drift check", || crds::run(true))?;
     step(
         "installer drift check (deploy/<operator>/install.yaml)",
