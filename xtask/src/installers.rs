@@ -77,6 +77,7 @@ pub fn run(args: &InstallersArgs) -> Result<()> {
         .transpose()?
         .unwrap_or(DEFAULT_REGISTRY);
     let tag = args.tag.clone().unwrap_or_else(|| version.to_string());
+    crate::image::check_tag(&tag).map_err(|e| e.context("the --tag option"))?;
     let custom = registry != DEFAULT_REGISTRY || tag != version.to_string();
     match &args.out_dir {
         Some(dir) => {

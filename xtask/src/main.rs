@@ -63,17 +63,22 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Write each operator's single-file installer, `deploy/<operator>/install.yaml`
-    /// (`kubectl apply -f` it), from its kustomize tree with the images pinned to
-    /// `ghcr.io/rust-operators/<image>:<workspace version>`; `--registry` points them at
-    /// another registry (with `--out-dir`).
+    /// Write the single-file installers `deploy/<operator>/install.yaml`.
+    ///
+    /// Each is `kubectl kustomize deploy/<operator>` with the images pinned to
+    /// `ghcr.io/rust-operators/<image>:<workspace version>` (install with `kubectl apply -f`);
+    /// `--registry <prefix> --out-dir <dir>` writes them for another registry. The same
+    /// run sets the kustomize trees' image tags to the workspace version; `--check` fails
+    /// on any difference instead.
     Installers(installers::InstallersArgs),
-    /// Cut a release: set the workspace version, regenerate the CRDs and installers,
-    /// move CHANGELOG.md's Unreleased section under the version; prints the
-    /// `git commit`/`git tag` commands (commits nothing).
+    /// Cut a release in the working tree, ready to tag.
+    ///
+    /// Sets the workspace version (Cargo.toml, Cargo.lock), regenerates the CRDs,
+    /// installers and charts, moves CHANGELOG.md's Unreleased section under the version
+    /// with today's date, and prints the `git commit`/`git tag` commands (it commits
+    /// nothing).
     Release(release::ReleaseArgs),
-    /// Lint `.github/workflows/` with actionlint, built from its Go module (a step of
-    /// `cargo xtask test`).
+    /// Lint `.github/workflows/` with actionlint (built from its Go module).
     Actionlint,
     /// Run everything CI runs.
     Test(test::TestArgs),
