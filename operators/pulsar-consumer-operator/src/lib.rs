@@ -15,11 +15,13 @@
 //! `status.backlog`, `desiredReplicas`, `lastScaleTime`, `ScalingActive` and
 //! `ScalingLimited` describe it. The admin API is a tenant's endpoint: [`target`] decides
 //! where the operator connects, [`options`] what its administrator allows beyond that.
+//! [`metrics`] puts the backlog and the counts on `/metrics`.
 
 pub mod admin;
 pub mod api;
 pub mod autoscale;
 pub mod desired;
+pub mod metrics;
 pub mod options;
 pub mod poll;
 pub mod reconcile;

@@ -94,6 +94,12 @@ impl Context {
     /// A context reading backlogs as `options` allow.
     #[must_use]
     pub fn with_options(toolkit: Toolkit, image: Option<String>, options: &Options) -> Self {
+        let pollers = Pollers::new(options);
+        toolkit
+            .metrics
+            .add_object_gauges(Arc::new(crate::metrics::StatusGauges {
+                pollers: pollers.clone(),
+            }));
         Self {
             toolkit,
             deployments: ScopedStores::default(),
@@ -101,7 +107,7 @@ impl Context {
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(|| desired::DEFAULT_IMAGE.to_owned()),
             conflicts: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
-            pollers: Pollers::new(options),
+            pollers,
             min_poll_interval: options.min_poll_interval,
         }
     }
