@@ -75,6 +75,13 @@ async fn start_leading(operator: &str, ns: &TestNamespace) -> Result<(OperatorPr
             env: vec![
                 ("POD_NAME".into(), format!("dashboards-{}", unique_suffix())),
                 ("POD_NAMESPACE".into(), system.clone()),
+                // The stand-in admin API listens on loopback, which the PulsarConsumer
+                // operator refuses unless its administrator allows it.
+                (
+                    "PULSAR_ADMIN_ALLOWED_CIDRS".into(),
+                    "127.0.0.0/8,::1".into(),
+                ),
+                ("PULSAR_ADMIN_MIN_POLL_SECONDS".into(), "1".into()),
             ],
             ..OperatorOptions::default()
         },

@@ -193,7 +193,7 @@ async fn all_ready(admin: &Client, ns: &str) -> Result<()> {
 /// stats (an 8 MiB one, a text one, small valid ones), and a 500 with text on 8081.
 fn endpoint_script() -> String {
     let stats = "/www/admin/v2/persistent/public/default";
-    let body = format!("{MARKER}: internal details of tenant a's service");
+    let body = format!("{MARKER}: internal details of the service of tenant a");
     let answer = format!(
         "HTTP/1.0 500 Internal Server Error\\r\\nContent-Type: text/plain\\r\\nContent-Length: {}\\r\\n\\r\\n{body}",
         body.len()
