@@ -536,6 +536,7 @@ fn memory_limit(pod: &Pod) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "not yet through one clean run on the shared machine: run it alone with `cargo xtask test --e2e-filter hostile` after removing this line (issue 26)"]
 async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
     let admin = e2e::admin_client().await?;
     if !has_real_node(&admin).await? {
