@@ -911,8 +911,10 @@ async fn assert_autoscaling_with_consumer_pods(
     let zero_after = drained.elapsed().as_secs_f64();
     // As in `pulsar_autoscale`: the window runs from the last non-zero reading, up to a
     // poll before the status shows 0, and the test sees the status up to a second late.
+    // The deployed operator polls at its default floor (`PULSAR_ADMIN_MIN_POLL_SECONDS`,
+    // 5 s), which raises the spec's 1 s.
     ensure!(
-        zero_after >= (WINDOW_SECONDS as f64) - 3.0,
+        zero_after >= (WINDOW_SECONDS as f64) - 6.0,
         "scaled to zero {zero_after:.1}s after the backlog drained; the window is {WINDOW_SECONDS}s"
     );
     wait_no_consumer_pods(&ns, "no consumer pod left").await?;
