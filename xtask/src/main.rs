@@ -12,8 +12,12 @@
 //! - `image <name> [--push <registry>]`: a static binary in a minimal OCI image.
 //! - `deploy|undeploy <operator>`, `run <operator>`: install an operator on
 //!   the current cluster, or run it locally against it.
+//! - `charts [--check]`: regenerate the Helm charts under `deploy/<operator>/chart/`
+//!   from the kustomize trees, or fail on drift (and lint and compare them).
+//! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
 
 mod bench;
+mod charts;
 mod cluster;
 mod crds;
 mod demo;
@@ -22,6 +26,7 @@ mod deps;
 mod image;
 mod pulsar;
 mod test;
+mod tools;
 
 use xtask::{cmd, paths};
 
@@ -54,6 +59,16 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Regenerate each operator's Helm chart under `deploy/<operator>/chart/`.
+    Charts {
+        /// Fail instead of writing when a committed chart differs from what the
+        /// kustomize tree generates; also lint the charts and compare their
+        /// renderings with kustomize's, object by object.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run a tool built from its Go module (`helm`, `oras`).
+    Tool(tools::ToolArgs),
     /// Run everything CI runs.
     Test(test::TestArgs),
     /// Build an OCI image of one binary under `target/images/` (and push it).
@@ -133,6 +148,8 @@ fn main() -> Result<()> {
         },
         Command::Demo(args) => demo::run(&args),
         Command::Crds { check } => crds::run(check),
+        Command::Charts { check } => charts::run(check),
+        Command::Tool(args) => tools::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),
         Command::Deploy(args) => deploy::deploy(&args),

@@ -67,6 +67,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
     })?;
     step("hadolint (Dockerfiles)", hadolint)?;
     step("CRD drift check", || crds::run(true))?;
+    step(
+        "Helm charts (drift, helm lint --strict, helm template = kubectl kustomize)",
+        || crate::charts::run(true),
+    )?;
     step("unit tests", || {
         run_counting(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
     })?;
