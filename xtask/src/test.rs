@@ -257,6 +257,9 @@ pub(crate) fn e2e_cargo(kubeconfig: &std::path::Path, external: bool) -> Result<
     }
     test.env("E2E_KUBECONFIG", kubeconfig)
         .env("E2E_KUBECTL", kubectl_for_tests(external)?)
+        // The charts' and the images' tests run Helm and oras, built here once.
+        .env("E2E_HELM", crate::tools::helm()?)
+        .env("E2E_ORAS", crate::tools::oras()?)
         // anyhow errors of failed tests are read for their message, not a trace.
         .env("RUST_LIB_BACKTRACE", "0");
     Ok(test)
