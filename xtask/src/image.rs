@@ -268,6 +268,9 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     cargo
         .current_dir(paths::repo_root())
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        // `cargo xtask` (cargo run) sets it, running ./target/debug/xtask does not, and
+        // ring's build script reruns when it changes: without it, both reuse one build.
+        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--release", "--target", triple]);
     for package in known() {
         cargo.args(["-p", package]);
@@ -293,6 +296,7 @@ pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
         .env(format!("CARGO_TARGET_{upper}_LINKER"), linker)
         .env(format!("CC_{lower}"), linker)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--release", "--target", triple, "-p", name]);
     cmd::run(&mut cargo)?;
     checked_static(paths::target_dir().join(triple).join("release").join(name))

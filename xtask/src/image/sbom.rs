@@ -51,8 +51,11 @@ pub struct Tree {
 /// When cargo fails or the binary's crate is not in its answer.
 pub fn linked_crates(name: &str, triple: &str, built_with: &[&str]) -> Result<Tree> {
     let mut tree = Command::new(env!("CARGO"));
+    // --no-dedupe: with several packages, cargo prints a crate's dependencies once,
+    // under the first package that has it; each binary's tree must be whole.
     tree.current_dir(paths::repo_root()).args([
         "tree",
+        "--no-dedupe",
         "--edges",
         "normal,no-proc-macro",
         "--target",
