@@ -492,10 +492,7 @@ fn sbom_of(oras: &Path, target: &[&str]) -> Result<(String, Value)> {
         .flatten()
         .filter(|r| r["artifactType"] == "application/spdx+json")
         .collect();
-    ensure!(
-        sboms.len() == 1,
-        "one SBOM referrer expected: {discovered}"
-    );
+    ensure!(sboms.len() == 1, "one SBOM referrer expected: {discovered}");
     let digest = sboms[0]["digest"].as_str().context("no digest")?.to_owned();
     let scratch = Scratch::new("sbom")?;
     let repository = reference[0]
