@@ -1,7 +1,16 @@
 //! The HTTP endpoints: `/metrics` on the metrics address, `/healthz` and `/readyz` on the
 //! health-probe address (both on one listener when the addresses are equal and metrics
 //! are plain HTTP). Every server runs [`crate::serving`]'s loop: header-read and idle
-//! timeouts, a connection limit and a body limit ([`LIMITS`]).
+//! timeouts, a head-size limit, a connection limit and a per-peer one, fixed socket
+//! buffers and a body limit: [`Limits::PROBES`] for the probes, [`Limits::METRICS`] for
+//! `/metrics`. Both together hold at most ~13 MiB with every slot taken (64 KiB metrics
+//! answers over TLS), against the 128 MiB limit of the operators' Deployments; before, two
+//! listeners of 1,024 connections with 64 KiB heads could take 160 MiB.
+//!
+//! The probe port is for the kubelet only: no Service of `deploy/` exposes it. Without the
+//! optional network policy any pod can still reach it by the pod's IP; a pod that floods it
+//! holds at most 8 of its 64 slots, and the kubelet, holding fewer, displaces a connection
+//! of whoever holds the most when all are taken (see [`crate::serving`]).
 
 use std::{
     net::SocketAddr,
@@ -9,7 +18,6 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
 };
 
 use axum::{
@@ -121,21 +129,11 @@ pub struct Endpoints {
     pub metrics_security: MetricsSecurity,
     /// Where `/healthz` and `/readyz` are served, always plain HTTP (`None`: nowhere).
     pub health: Option<SocketAddr>,
-    /// Timeouts and limits of both servers.
-    pub limits: Limits,
+    /// Timeouts and limits of the probe server.
+    pub probe_limits: Limits,
+    /// Timeouts and limits of the metrics server (also of one server for both).
+    pub metrics_limits: Limits,
 }
-
-/// Limits of the metrics and probe servers: 10 s to send headers (and idle keep-alive),
-/// 1,024 connections (well above what a few hundred idle or half-written connections
-/// take, so probes still answer while they wait for their timeout), 16 KiB request
-/// bodies (they take none), 10 s to drain.
-pub const LIMITS: Limits = Limits {
-    header_read_timeout: Duration::from_secs(10),
-    max_connections: 1024,
-    max_body_bytes: 16 * 1024,
-    max_header_bytes: 64 * 1024,
-    shutdown_grace: Duration::from_secs(10),
-};
 
 /// The endpoints the command line asks for; with `--metrics-secure`, loads or generates
 /// the certificate and reviews requests with `client`.
@@ -174,7 +172,8 @@ pub fn endpoints_from_args(args: &RunArgs, client: &Client) -> Result<Endpoints,
         metrics,
         metrics_security,
         health: args.health_probe_bind_address.0,
-        limits: LIMITS,
+        probe_limits: Limits::PROBES,
+        metrics_limits: Limits::METRICS,
     })
 }
 
@@ -207,10 +206,11 @@ pub async fn serve(
         metrics: metrics_addr,
         metrics_security,
         health: health_addr,
-        limits,
+        probe_limits,
+        metrics_limits,
     } = endpoints;
     let secure = matches!(metrics_security, MetricsSecurity::Secure { .. });
-    let mut routers: Vec<(&'static str, SocketAddr, Router, MetricsSecurity)> = Vec::new();
+    let mut routers: Vec<(&'static str, SocketAddr, Router, MetricsSecurity, Limits)> = Vec::new();
     match (metrics_addr, health_addr) {
         (Some(ma), Some(ha)) if ma == ha && secure => {
             return Err(Error::Serve {
@@ -229,11 +229,18 @@ pub async fn serve(
                 ma,
                 metrics_router(m).merge(health_router(ready)),
                 MetricsSecurity::Plain,
+                metrics_limits,
             ));
         }
         (ma, ha) => {
             if let Some(ma) = ma {
-                routers.push(("metrics", ma, metrics_router(m), metrics_security));
+                routers.push((
+                    "metrics",
+                    ma,
+                    metrics_router(m),
+                    metrics_security,
+                    metrics_limits,
+                ));
             }
             if let Some(ha) = ha {
                 routers.push((
@@ -241,12 +248,13 @@ pub async fn serve(
                     ha,
                     health_router(ready),
                     MetricsSecurity::Plain,
+                    probe_limits,
                 ));
             }
         }
     }
     let mut bound = Vec::new();
-    for (what, addr, router, security) in routers {
+    for (what, addr, router, security, limits) in routers {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Serve { what, addr, source })?;
@@ -287,7 +295,7 @@ mod tests {
 
     use super::*;
     use crate::metrics_auth::test_files::{FakeReviewer, cert_files, write_self_signed};
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
     use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpStream;
 
@@ -312,52 +320,67 @@ mod tests {
         format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n")
     }
 
+    /// A connection from 127.0.0.`host`: a peer of its own for the server.
+    async fn connect_from(host: u8, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, host], 0)))
+            .unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn probes_answer_despite_300_half_written_connections_which_are_closed() {
+    async fn probes_answer_while_ten_peers_flood_both_listeners() {
         let timeout = Duration::from_millis(1500);
+        let short = |limits: Limits| Limits {
+            header_read_timeout: timeout,
+            ..limits
+        };
         let bound = serve(
             Endpoints {
-                metrics: None,
+                // Another address than the probes' (equal ones share one listener).
+                metrics: Some(SocketAddr::from(([127, 0, 0, 2], 0))),
                 metrics_security: MetricsSecurity::Plain,
                 health: local(),
-                limits: Limits {
-                    header_read_timeout: timeout,
-                    ..LIMITS
-                },
+                probe_limits: short(Limits::PROBES),
+                metrics_limits: short(Limits::METRICS),
             },
             Metrics::new(),
             Readiness::default(),
         )
         .await
         .unwrap();
-        let addr = bound[0].1;
+        let (metrics, probes) = (bound[0].1, bound[1].1);
         let opened = Instant::now();
+        // 30 half-written requests from each of 10 peers on each listener: 600 in all,
+        // more than every per-peer and listener limit.
         let mut idle = Vec::new();
-        for _ in 0..300 {
-            let mut s = TcpStream::connect(addr).await.unwrap();
-            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-                .await
-                .unwrap();
-            idle.push(s);
+        for host in 2..12 {
+            for _ in 0..30 {
+                for addr in [probes, metrics] {
+                    let mut s = connect_from(host, addr).await;
+                    // Refused ones may be closed already.
+                    let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
+                    idle.push(s);
+                }
+            }
         }
+        // The kubelet (another peer) is answered at once.
         let asked = Instant::now();
-        let answer = exchange(
-            TcpStream::connect(addr).await.unwrap(),
-            &get("/healthz", None),
-        )
-        .await;
+        let answer = exchange(connect_from(1, probes).await, &get("/healthz", None)).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let answer = exchange(connect_from(1, probes).await, &get("/readyz", None)).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
         assert!(
             asked.elapsed() < Duration::from_secs(1),
             "{:?}",
             asked.elapsed()
         );
-        let answer = exchange(
-            TcpStream::connect(addr).await.unwrap(),
-            &get("/readyz", None),
-        )
-        .await;
-        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        // So is a scraper.
+        let answer = exchange(connect_from(1, metrics).await, &get("/metrics", None)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // Every flooding connection is closed: at once when refused, at the header-read
+        // timeout when admitted.
         for s in &mut idle {
             let mut buf = [0_u8; 256];
             let closed = tokio::time::timeout(Duration::from_secs(5), async {
@@ -387,7 +410,8 @@ mod tests {
                     authorizer: Arc::new(Authorizer::new(FakeReviewer::default())),
                 },
                 health: None,
-                limits: LIMITS,
+                probe_limits: Limits::PROBES,
+                metrics_limits: Limits::METRICS,
             },
             m,
             Readiness::default(),
@@ -457,7 +481,8 @@ mod tests {
         let plain = endpoints_from_args(&args(&[]), &client).unwrap();
         assert!(matches!(plain.metrics_security, MetricsSecurity::Plain));
         assert_eq!(plain.metrics, Some(SocketAddr::from(([0, 0, 0, 0], 8080))));
-        assert_eq!(plain.limits, LIMITS);
+        assert_eq!(plain.probe_limits, Limits::PROBES);
+        assert_eq!(plain.metrics_limits, Limits::METRICS);
         let secure = endpoints_from_args(
             &args(&["--metrics-secure", "--metrics-bind-address=:8443"]),
             &client,
@@ -496,7 +521,8 @@ mod tests {
                     authorizer: Arc::new(Authorizer::new(FakeReviewer::default())),
                 },
                 health: addr,
-                limits: LIMITS,
+                probe_limits: Limits::PROBES,
+                metrics_limits: Limits::METRICS,
             },
             Metrics::new(),
             Readiness::default(),

@@ -51,7 +51,9 @@ use prometheus_client::{
 
 use crate::rate_limit::{ClientRateLimit, RateLimitLayer, RetryThrottled, TokenBucket};
 
+mod object_gauges;
 mod rest_client;
+pub use object_gauges::{GaugeFamily, ObjectGauges};
 use rest_client::RestClientMetrics;
 
 type Labels = Vec<(&'static str, String)>;
@@ -211,6 +213,7 @@ pub struct Metrics {
     workqueue_retries_total: Family<Labels, Counter>,
     rest_client_requests_total: Family<Labels, Counter>,
     in_flight: Arc<InFlight>,
+    object_gauges: object_gauges::Sources,
 }
 
 impl Default for Metrics {
@@ -332,6 +335,8 @@ impl Metrics {
         let in_flight = Arc::new(InFlight::default());
         registry.register_collector(Box::new(in_flight.clone()));
         registry.register_collector(Box::new(crate::process_metrics::ProcessCollector::new()));
+        let object_gauges = object_gauges::Sources::default();
+        registry.register_collector(Box::new(object_gauges.clone()));
         Self {
             registry: Arc::new(registry),
             reconcile_total,
@@ -349,7 +354,14 @@ impl Metrics {
             workqueue_retries_total,
             rest_client_requests_total,
             in_flight,
+            object_gauges,
         }
+    }
+
+    /// Adds gauges the operator computes at each scrape from what it caches (one series
+    /// per object; see [`ObjectGauges`]).
+    pub fn add_object_gauges(&self, source: Arc<dyn ObjectGauges>) {
+        self.object_gauges.add(source);
     }
 
     /// Records a finished reconcile of `controller`: its result and time, the work queue's

@@ -348,6 +348,33 @@ async fn pulsar_consumer_bad_input_is_rejected_and_edges_converge() -> Result<()
                 with("serverAddress", json!("pulsar://host:0")),
                 "spec.serverAddress",
             ),
+            // Ports above 65535 were stored before; now refused, naming the field.
+            (
+                "bad".into(),
+                with("serverAddress", json!("pulsar://host:65536")),
+                "spec.serverAddress",
+            ),
+            (
+                "bad".into(),
+                with("serverAddress", json!("pulsar+ssl://[::1]:99999")),
+                "spec.serverAddress",
+            ),
+            (
+                "bad".into(),
+                with(
+                    "autoscaling",
+                    json!({"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "http://broker:65536"}),
+                ),
+                "spec.autoscaling.adminUrl",
+            ),
+            (
+                "bad".into(),
+                with(
+                    "autoscaling",
+                    json!({"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "https://broker:99999/"}),
+                ),
+                "spec.autoscaling.adminUrl",
+            ),
             (
                 "bad".into(),
                 with("serverAddress", json!("pulsar://-host:6650")),
@@ -392,6 +419,18 @@ async fn pulsar_consumer_bad_input_is_rejected_and_edges_converge() -> Result<()
                 json!({"serverAddress": "http://broker:6650"}),
                 "spec.serverAddress",
             ),
+            bad_merge(
+                json!({"serverAddress": "pulsar://broker:99999"}),
+                "spec.serverAddress",
+            ),
+            bad_merge(
+                json!({"autoscaling": {"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "http://broker:70000"}}),
+                "spec.autoscaling.adminUrl",
+            ),
+            bad_merge(
+                json!({"autoscaling": {"maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "http://169.254.169.254:80"}}),
+                "spec.autoscaling.adminUrl",
+            ),
             bad_merge(json!({"topic": "t".repeat(513)}), "spec.topic"),
             bad_merge(json!({"subscriptionName": ""}), "spec.subscriptionName"),
             remove("spec.topic", "topic"),
@@ -430,5 +469,146 @@ async fn pulsar_consumer_bad_input_is_rejected_and_edges_converge() -> Result<()
         .with_context(|| format!("operator log:\n{}", op.log()))?;
     }
     accepted_by_dry_run(&ns, &PULSAR_CONSUMER, "max", with("replicas", json!(1000))).await?;
+    stored_before_the_port_limit_stays_usable(&ns, &op).await
+}
+
+/// The schema got stricter (ports up to 65535, unsafe adminUrl hosts): an object stored
+/// under the old schema stays readable, its status writable (what the operator does) and
+/// its other fields updatable (validation ratcheting), while a change of the field itself
+/// must pass the new rules; the operator (`op`, running) reconciles it and refuses its
+/// adminUrl. The old schema is put back for the time it takes to store such an object, then
+/// the current one again (also when the store fails).
+async fn stored_before_the_port_limit_stays_usable(
+    ns: &TestNamespace,
+    op: &OperatorProcess,
+) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(e2e::admin_client().await?);
+    let name = "pulsarconsumers.pulsar.pulsarconsumer.krvarma.com";
+    let mut current = serde_json::to_value(crds.get(name).await?)?;
+    for field in [
+        "managedFields",
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "generation",
+    ] {
+        if let Some(m) = current["metadata"].as_object_mut() {
+            m.remove(field);
+        }
+    }
+    if let Some(o) = current.as_object_mut() {
+        o.remove("status");
+    }
+    let new_port = pulsar_consumer_operator::api::PORT_PATTERN;
+    let mut old: Value = serde_json::from_str(
+        &serde_json::to_string(&current)?.replace(new_port, "[1-9][0-9]{0,4}"),
+    )?;
+    let admin_url = &mut old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["autoscaling"]["properties"]["adminUrl"];
+    ensure!(admin_url.is_object(), "adminUrl in the schema");
+    if let Some(o) = admin_url.as_object_mut() {
+        o.remove("x-kubernetes-validations");
+    }
+    let apply = PatchParams::apply("e2e").force();
+    let api = PULSAR_CONSUMER.api(ns);
+    let mut stored = kinds::pulsar_consumer("stored-before", 1);
+    stored["spec"]["serverAddress"] = json!("pulsar://broker:99999");
+    stored["spec"]["autoscaling"] = json!({
+        "maxReplicas": 2, "targetBacklogPerReplica": 10, "adminUrl": "http://169.254.169.254:80"
+    });
+    let stored_obj: DynamicObject = serde_json::from_value(stored.clone())?;
+
+    crds.patch(name, &apply, &Patch::Apply(&old)).await?;
+    let created = e2e::poll("created under the old schema", e2e::TIMEOUT, || async {
+        Ok(api.create(&PostParams::default(), &stored_obj).await.ok())
+    })
+    .await;
+    crds.patch(name, &apply, &Patch::Apply(&current)).await?;
+    created?;
+    // The current schema serves again once such a create (dry run: nothing stored) is
+    // refused as invalid.
+    let probe: DynamicObject = serde_json::from_value({
+        let mut p = stored.clone();
+        p["metadata"]["name"] = json!("probe");
+        p
+    })?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    e2e::poll("the current schema back", e2e::TIMEOUT, || async {
+        Ok(match api.create(&dry_run, &probe).await {
+            Err(kube::Error::Api(s)) if s.code == 422 => Some(()),
+            _ => None,
+        })
+    })
+    .await?;
+
+    let before = api.get("stored-before").await?;
+    ensure!(
+        before.data["spec"]["serverAddress"] == "pulsar://broker:99999",
+        "read back as stored"
+    );
+    // The operator's status write, a label, another field of the spec: accepted.
+    api.patch_status(
+        "stored-before",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
+    )
+    .await
+    .context("a status write to an object stored under the old schema")?;
+    api.patch(
+        "stored-before",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"e2e": "ratchet"}}, "spec": {"replicas": 2}})),
+    )
+    .await
+    .context("an update leaving serverAddress and adminUrl as they are")?;
+    // The fields themselves: only to what the current schema takes.
+    for (patch, field) in [
+        (
+            json!({"serverAddress": "pulsar://broker:99998"}),
+            "spec.serverAddress",
+        ),
+        (
+            json!({"autoscaling": {"adminUrl": "http://169.254.169.253:80"}}),
+            "spec.autoscaling.adminUrl",
+        ),
+    ] {
+        let err = api
+            .patch(
+                "stored-before",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": patch })),
+            )
+            .await
+            .err()
+            .with_context(|| format!("{patch} must be refused"))?;
+        ensure!(err.to_string().contains(field), "{err}");
+    }
+    let after = api.get("stored-before").await?;
+    ensure!(
+        after.data["spec"]["replicas"] == 2
+            && after.data["spec"]["serverAddress"] == "pulsar://broker:99999",
+        "{:?}",
+        after.data["spec"]
+    );
+    // The operator writes its status and refuses the unsafe adminUrl it was stored with.
+    e2e::poll(
+        "ScalingActive=False AdminTargetNotAllowed",
+        e2e::TIMEOUT,
+        || async {
+            let pc = api.get("stored-before").await?;
+            let refused = pc.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "ScalingActive" && c["reason"] == "AdminTargetNotAllowed");
+            Ok(refused.then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", op.log()))?;
     Ok(())
 }

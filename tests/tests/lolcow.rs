@@ -3,18 +3,28 @@
 //! NodePorts are cluster-wide and tests run in parallel: every test picks its ports from a
 //! hash of its namespace's name, skipping ports other Services hold, and moves to another
 //! port if one was taken meanwhile (except where the conflict is the point of the test).
+//!
+//! The web app's pods go to the simulated nodes, except in
+//! `lolcow_page_flood_leaves_the_pod_ready_on_the_real_node`, whose pod runs the
+//! lolcow-web image (built and pushed to the real node's registry as `cargo xtask deploy`
+//! does) on the real node, where the kubelet probes it.
 
-use anyhow::{Context as _, Result};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
 use e2e::kinds::{
     LOLCOW, assert_all_creates_rejected, free_node_port, named_bad, wait_lolcow_ready,
 };
 use e2e::operator::{OperatorOptions, OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
     TIMEOUT, TestNamespace, assert_never_reconciled, can_i, create_from_json, events_where,
-    kubectl_ok, wait_for, wait_for_within, wait_gone, watching_one,
+    kubectl_ok, poll, repo_root, wait_for, wait_for_within, wait_gone, watching_one,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -23,6 +33,8 @@ use lolcow_operator::api::Lolcow;
 use lolcow_operator::desired::configured_greeting;
 use lolcow_operator::desired::fortune_for;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 const OPERATOR: &str = "lolcow-operator";
 
@@ -156,9 +168,16 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
         (cport.name.as_deref(), cport.container_port),
         (Some("http"), 8080)
     );
+    // The probes go to a listener of their own, which no Service exposes.
+    let probe_port = &c.ports.clone().unwrap_or_default()[1];
+    assert_eq!(
+        (probe_port.name.as_deref(), probe_port.container_port),
+        (Some("probes"), 8081)
+    );
     for probe in [&c.readiness_probe, &c.liveness_probe] {
         let get = probe.clone().and_then(|p| p.http_get).context("probe")?;
         assert_eq!(get.path.as_deref(), Some("/healthz"));
+        assert_eq!(get.port, IntOrString::String("probes".into()));
     }
     let sc = c.security_context.clone().unwrap_or_default();
     assert_eq!(sc.read_only_root_filesystem, Some(true));
@@ -176,6 +195,11 @@ async fn lolcow_converges_changes_and_repairs() -> Result<()> {
     assert!(owned(&svc.metadata.owner_references));
     let sspec = svc.spec.clone().unwrap_or_default();
     assert_eq!(sspec.type_.as_deref(), Some("NodePort"));
+    assert_eq!(
+        sspec.ports.as_ref().map(Vec::len),
+        Some(1),
+        "the page alone"
+    );
     let sport = &sspec.ports.clone().unwrap_or_default()[0];
     assert_eq!(sport.port, 80);
     assert_eq!(sport.target_port, Some(IntOrString::Int(8080)));
@@ -484,5 +508,373 @@ async fn lolcow_outside_watch_namespace_is_untouched() -> Result<()> {
     assert!(can_i(&sa, &["patch", "services", "-n", &watched.name])?);
     assert!(!can_i(&sa, &["get", "secrets", "-n", &watched.name])?);
     assert!(!can_i(&sa, &["delete", "services", "-n", &watched.name])?);
+    Ok(())
+}
+
+/// The node of the local cluster that runs containers.
+const REAL_NODE: &str = "real-node";
+/// Its registry, as `cargo xtask cluster up` starts it.
+const REGISTRY: &str = "127.0.0.1:15000";
+
+/// Builds the lolcow-web image for this machine's platform (as `cargo xtask deploy` does),
+/// pushes it to the real node's registry and returns its reference pinned by digest.
+fn push_lolcow_web_image() -> Result<String> {
+    let platform = match std::env::consts::ARCH {
+        "aarch64" => "linux/arm64",
+        _ => "linux/amd64",
+    };
+    let tag = "e2e";
+    let out = Command::new(env!("CARGO"))
+        .current_dir(repo_root())
+        .args(["run", "--quiet", "-p", "xtask", "--", "image", "lolcow-web"])
+        .args(["--platform", platform, "--push", REGISTRY, "--tag", tag])
+        .output()
+        .context("running cargo xtask image lolcow-web")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "cargo xtask image lolcow-web failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "image: lolcow-web:e2e sha256:... (...)"
+    let digest = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("image: lolcow-web:{tag} ")))
+        .and_then(|rest| rest.split_whitespace().next())
+        .filter(|d| d.starts_with("sha256:"))
+        .with_context(|| format!("no digest in the output of cargo xtask image:\n{stdout}"))?;
+    Ok(format!("{REGISTRY}/lolcow-web:{tag}@{digest}"))
+}
+
+/// Connections the flood keeps going at once, each trickling a request head.
+const FLOOD_CONNECTIONS: usize = 1100;
+/// How long the flood lasts: longer than the liveness probe takes to restart a pod whose
+/// probes fail (3 failures 10 s apart) and the readiness probe to mark it not ready.
+const FLOOD_FOR: Duration = Duration::from_secs(45);
+/// At most this many connections are opened over the whole flood.
+const FLOOD_MAX_OPENS: usize = 30_000;
+/// A connection's next byte of its head comes this long after the previous one.
+const TRICKLE_EVERY: Duration = Duration::from_secs(2);
+/// The web app's header-read timeout (its default, `Limits::PUBLIC`).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the flood saw.
+#[derive(Default)]
+struct FloodStats {
+    /// Connections opened.
+    opened: AtomicUsize,
+    /// Connections the server closed (refused at once, or timed out).
+    closed_by_server: AtomicUsize,
+    /// Connections open now that the server kept for more than one trickle period.
+    held: AtomicUsize,
+    /// The longest life of a connection the server closed, in milliseconds.
+    longest_ms: AtomicU64,
+}
+
+/// One of the flood's connections at a time, again and again until `until`: a request head
+/// trickled a byte every [`TRICKLE_EVERY`], never finished.
+async fn flood_slot(addr: std::net::SocketAddr, until: Instant, stats: Arc<FloodStats>) {
+    while Instant::now() < until && stats.opened.fetch_add(1, Ordering::Relaxed) < FLOOD_MAX_OPENS {
+        let Ok(Ok(mut s)) =
+            tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(addr)).await
+        else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let opened = Instant::now();
+        let mut held = false;
+        let closed_by_server = 'conn: {
+            if s.write_all(b"GET / HTTP/1.1\r\nHost: lolcow\r\nX-Slow: ")
+                .await
+                .is_err()
+            {
+                break 'conn true;
+            }
+            let mut buf = [0_u8; 512];
+            loop {
+                tokio::select! {
+                    read = s.read(&mut buf) => {
+                        if matches!(read, Ok(0) | Err(_)) {
+                            break 'conn true;
+                        }
+                    }
+                    () = tokio::time::sleep(TRICKLE_EVERY) => {
+                        if !held {
+                            held = true;
+                            stats.held.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if s.write_all(b"a").await.is_err() {
+                            break 'conn true;
+                        }
+                    }
+                    () = tokio::time::sleep_until(until.into()) => break 'conn false,
+                }
+            }
+        };
+        let lived = opened.elapsed();
+        drop(s);
+        if held {
+            stats.held.fetch_sub(1, Ordering::Relaxed);
+        }
+        if closed_by_server {
+            stats.closed_by_server.fetch_add(1, Ordering::Relaxed);
+            let ms = u64::try_from(lived.as_millis()).unwrap_or(u64::MAX);
+            stats.longest_ms.fetch_max(ms, Ordering::Relaxed);
+        }
+        // A refused connection tries again later, not in a tight loop.
+        if lived < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+}
+
+/// The pod's readiness and restarts: `(uid, ready, restart count)`.
+fn pod_health(pod: &Pod) -> (String, bool, i32) {
+    let status = pod.status.clone().unwrap_or_default();
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let restarts = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| c.restart_count)
+        .sum();
+    (
+        pod.metadata.uid.clone().unwrap_or_default(),
+        ready,
+        restarts,
+    )
+}
+
+/// A one-shot pod that fetches `url` with busybox's wget (from its own pod IP: another
+/// client address than this machine's) under the `restricted` Pod Security Standard.
+fn wget_pod(name: &str, url: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534,
+                "seccompProfile": {"type": "RuntimeDefault"}
+            },
+            "containers": [{
+                "name": "wget",
+                "image": "busybox:latest",
+                "imagePullPolicy": "IfNotPresent",
+                // (No -T: busybox-static's wget crashes with it; the test's deadline bounds it.)
+                "command": ["wget", "-q", "-O", "-", url],
+                "resources": {"limits": {"cpu": "100m", "memory": "16Mi"}},
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]}
+                }
+            }]
+        }
+    })
+}
+
+/// The peak memory of the pod's cgroup (the real node runs on this machine, cgroup v1 or
+/// v2), for the log; `None` where it cannot be read.
+fn pod_memory_peak(uid: &str) -> Option<u64> {
+    let underscored = uid.replace('-', "_");
+    let roots = [
+        "/sys/fs/cgroup/memory/kubepods/burstable",
+        "/sys/fs/cgroup/memory/kubepods",
+        "/sys/fs/cgroup/kubepods/burstable",
+        "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice",
+    ];
+    let dirs = roots.iter().flat_map(|root| {
+        [
+            format!("{root}/pod{uid}"),
+            format!("{root}/kubepods-burstable-pod{underscored}.slice"),
+        ]
+    });
+    dirs.flat_map(|dir| ["memory.max_usage_in_bytes", "memory.peak"].map(|f| format!("{dir}/{f}")))
+        .find_map(|file| std::fs::read_to_string(file).ok()?.trim().parse().ok())
+}
+
+/// The hostile client of issue 26 against the page on the real node: 1,100 connections
+/// through the NodePort, each trickling a request head and never finishing it, renewed as
+/// the server closes them, for longer than failing probes take to restart the pod. The
+/// kubelet probes a listener of its own, so the pod stays Ready and is never restarted;
+/// the server closes every trickled head at its header-read timeout (not per byte); a
+/// client from another address (a pod) still gets the page.
+#[tokio::test(flavor = "multi_thread")]
+async fn lolcow_page_flood_leaves_the_pod_ready_on_the_real_node() -> Result<()> {
+    let test = "lolcow_page_flood_leaves_the_pod_ready_on_the_real_node";
+    let admin = e2e::admin_client().await?;
+    if Api::<Node>::all(admin.clone())
+        .get_opt(REAL_NODE)
+        .await?
+        .is_none()
+    {
+        return e2e::skip(
+            test,
+            "needs the local cluster's real node, which `cargo xtask cluster up` starts when run as root",
+        );
+    }
+    let image = tokio::task::spawn_blocking(push_lolcow_web_image).await??;
+    let ns = TestNamespace::real("lolcow-flood").await?;
+    let _op = OperatorProcess::start_with(
+        OPERATOR,
+        &[&ns.name],
+        OperatorOptions {
+            env: vec![("LOLCOW_IMAGE".into(), image)],
+            ..OperatorOptions::default()
+        },
+    )
+    .await?;
+    let port = free_node_port(&ns, "flood", &[]).await?;
+    create(&ns, lolcow("flood", port, Some("Still grazing"))).await?;
+    let lc = wait_lolcow_ready(&ns, "flood").await?;
+    let port = u16::try_from(lc.spec.port)?;
+    let page = || async move {
+        tokio::task::spawn_blocking(move || e2e::operator::http_get(port, "/")).await?
+    };
+    poll("the page on the NodePort", TIMEOUT, || async {
+        Ok(page()
+            .await
+            .ok()
+            .filter(|(code, body)| *code == 200 && body.contains("Still grazing")))
+    })
+    .await?;
+    let pods: Api<Pod> = ns.api();
+    let selector = ListParams::default().labels("app.kubernetes.io/instance=flood");
+    let the_pod = || async {
+        let list = pods.list(&selector).await?;
+        match list.items.as_slice() {
+            [pod] => Ok(pod.clone()),
+            other => bail!("{} web app pods, not one", other.len()),
+        }
+    };
+    let pod = the_pod().await?;
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let (uid, ready, restarts) = pod_health(&pod);
+    ensure!(
+        ready && restarts == 0,
+        "the pod is not ready before the flood"
+    );
+    // The other client asks the pod itself: the local cluster's kube-proxy masquerades all
+    // Service traffic (masqueradeAll), so through a Service every client would share this
+    // machine's address with the flood.
+    let pod_ip = pod
+        .status
+        .and_then(|s| s.pod_ip)
+        .context("the web app's pod has no IP")?;
+
+    // The flood, from this machine through the NodePort.
+    let stats = Arc::new(FloodStats::default());
+    let started = Instant::now();
+    let until = started + FLOOD_FOR;
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..FLOOD_CONNECTIONS {
+        flood.spawn(flood_slot(target, until, stats.clone()));
+    }
+    // Meanwhile: the pod stays Ready and is never restarted, and a client from another
+    // address gets the page.
+    let mut most_held = 0;
+    let mut fresh_client: Option<Instant> = None;
+    let mut fresh_client_done = false;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        most_held = most_held.max(stats.held.load(Ordering::Relaxed));
+        let (now_uid, ready, restarts) = pod_health(&the_pod().await?);
+        ensure!(
+            now_uid == uid && ready && restarts == 0,
+            "{:?} into the flood the pod is ready={ready}, restarted {restarts} times, uid {now_uid} (was {uid})",
+            started.elapsed()
+        );
+        if fresh_client.is_none() && started.elapsed() > HEADER_READ_TIMEOUT {
+            // The flood has been full for a while: every slot it can get is taken.
+            let url = format!("http://{pod_ip}:8080/");
+            create_from_json::<Pod>(&ns, wget_pod("fresh-client", &url)).await?;
+            fresh_client = Some(Instant::now());
+        }
+        if fresh_client.is_some() && !fresh_client_done {
+            let pod = pods.get("fresh-client").await?;
+            match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Succeeded") => fresh_client_done = true,
+                Some("Failed") => bail!(
+                    "the client pod could not get the page during the flood: {:?}\n{}",
+                    pod.status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.clone())
+                        .unwrap_or_default()
+                        .first()
+                        .and_then(|c| c.state.clone()),
+                    kubectl_ok(["logs", "fresh-client", "-n", &ns.name]).unwrap_or_default()
+                ),
+                _ => {}
+            }
+        }
+    }
+    // All connections end with the flood.
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while flood.join_next().await.is_some() {}
+    })
+    .await
+    .context("the flood's connections did not end")?;
+
+    let opened = stats.opened.load(Ordering::Relaxed).min(FLOOD_MAX_OPENS);
+    let closed = stats.closed_by_server.load(Ordering::Relaxed);
+    let longest = Duration::from_millis(stats.longest_ms.load(Ordering::Relaxed));
+    let peak = pod_memory_peak(&uid);
+    eprintln!(
+        "flood: {opened} connections opened, {closed} closed by the server, at most {most_held} \
+         held at once, longest {longest:?}; pod memory peak {:?} MiB",
+        peak.map(|b| b / (1024 * 1024))
+    );
+    ensure!(
+        fresh_client_done,
+        "the client pod did not get the page during the flood"
+    );
+    let fetched = kubectl_ok(["logs", "fresh-client", "-n", &ns.name])?;
+    ensure!(
+        fetched.contains("Still grazing"),
+        "the client pod got: {fetched}"
+    );
+    // No probe failed, not even once (the kubelet reports each failure as an event).
+    let unhealthy = events_where(&ns, |e| {
+        e.reason.as_deref() == Some("Unhealthy")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod_name.as_str())
+    })
+    .await?;
+    ensure!(
+        unhealthy.is_empty(),
+        "probes failed during the flood: {:?}",
+        unhealthy.iter().map(|e| &e.note).collect::<Vec<_>>()
+    );
+    // The server holds no more of the flood than one client address may have: the NodePort
+    // masquerades every connection from this machine to the node's address.
+    ensure!(
+        (1..=64).contains(&most_held),
+        "{most_held} flooding connections held at once"
+    );
+    // ...and closed the trickled heads at the header-read timeout, counted from the start
+    // of the head (per byte, they would have lasted the whole flood).
+    ensure!(
+        longest >= HEADER_READ_TIMEOUT - Duration::from_secs(1)
+            && longest < HEADER_READ_TIMEOUT + 2 * TRICKLE_EVERY + Duration::from_secs(3),
+        "the longest flooding connection lasted {longest:?}"
+    );
+    // After the flood: the same pod, never restarted, and the page for this machine again.
+    let (now_uid, ready, restarts) = pod_health(&the_pod().await?);
+    ensure!(
+        now_uid == uid && ready && restarts == 0,
+        "after the flood: ready={ready}, {restarts} restarts"
+    );
+    poll("the page after the flood", TIMEOUT, || async {
+        Ok(page().await.ok().filter(|(code, _)| *code == 200))
+    })
+    .await?;
     Ok(())
 }

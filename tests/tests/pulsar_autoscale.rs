@@ -9,16 +9,21 @@
 //! admin API away without touching the broker other tests share. With the real node, the
 //! same scenario also runs with the operator's image and the consumers as real pods
 //! (`real_node.rs`, `assert_autoscaling_with_consumer_pods`).
+//!
+//! The broker listens on 127.0.0.1, which the operator refuses by default (a tenant's
+//! adminUrl must not reach the operator's own loopback): the operator is started with
+//! [`allow_loopback`]. `pulsar_autoscaling_never_reaches_refused_targets` starts it without,
+//! as a cluster runs it.
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::operator::OperatorProcess;
+use e2e::operator::{OperatorOptions, OperatorProcess, touch_and_wait_reconcile};
 use e2e::proxy::TcpProxy;
 use e2e::pulsar::{
     ConsumerProcess, Received, expected_payloads, payload_counts, produce, shared_broker,
     unique_topic,
 };
 use e2e::{
-    TestNamespace, check_all_received, create_from_json, dynamic_api, events_where, poll,
+    TestNamespace, check_all_received, create_from_json, dynamic_api, events_where, list_all, poll,
     regards_uid, repo_root,
 };
 use k8s_openapi::api::apps::v1::Deployment;
@@ -39,6 +44,23 @@ const WINDOW_SECONDS: u64 = 10;
 const BACKLOG: u64 = 20_000;
 /// Messages produced once scaled to zero.
 const LATER: u64 = 500;
+
+/// The operator's options for a broker on this machine: loopback allowed
+/// (`PULSAR_ADMIN_ALLOWED_CIDRS`) and reads as often as the specs ask
+/// (`PULSAR_ADMIN_MIN_POLL_SECONDS=1`; the default floor is 5 s), as the timings below
+/// assume.
+fn allow_loopback() -> OperatorOptions {
+    OperatorOptions {
+        env: vec![
+            (
+                "PULSAR_ADMIN_ALLOWED_CIDRS".into(),
+                "127.0.0.0/8,::1".into(),
+            ),
+            ("PULSAR_ADMIN_MIN_POLL_SECONDS".into(), "1".into()),
+        ],
+        ..OperatorOptions::default()
+    }
+}
 
 /// The broker's admin port, as `cargo xtask pulsar status` reports it.
 async fn admin_port() -> Result<u16> {
@@ -248,7 +270,7 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
 
     let mut proxy = TcpProxy::start(upstream).await?;
     let ns = TestNamespace::restricted("pulsar-autoscale").await?;
-    let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    let op = OperatorProcess::start_with(OPERATOR, &[&ns.name], allow_loopback()).await?;
     let pc: PulsarConsumer = create_from_json(
         &ns,
         autoscaled("drain", &server, &topic, &subscription, proxy.port),
@@ -270,6 +292,23 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
     .with_context(|| format!("operator log:\n{}", op.log()))?;
     let scaled_at = pc.status.and_then(|s| s.last_scale_time);
 
+    // Reads that change nothing cost no reconcile: once the 3 (simulated) consumers are
+    // ready, the backlog standing still, ~10 reads at 1 s give none (before, each read was
+    // a reconcile). A few are let through for late changes of the Deployment's status.
+    wait_scaled(&ns, "drain", "3 consumers ready", |pc, d| {
+        let ready = d.status.as_ref().and_then(|s| s.ready_replicas) == Some(3);
+        ready && condition(pc, "Ready").is_some_and(|(s, _)| s == "True")
+    })
+    .await?;
+    let before = op.reconciles(&[])?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let quiet = op.reconciles(&[])? - before;
+    println!("autoscale: {quiet} reconciles in 10 s of 1 s reads of a standing backlog");
+    ensure!(
+        quiet <= 3.0,
+        "{quiet} reconciles in 10 s of reads that changed nothing"
+    );
+
     // The admin API goes away: ScalingActive=False (one Warning), the replicas stay.
     proxy.stop();
     let (_, held) = wait_scaled(&ns, "drain", "ScalingActive=False", |pc, _| {
@@ -277,13 +316,11 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
             .is_some_and(|(s, r)| s == "False" && r == "AdminAPIUnavailable")
     })
     .await?;
-    let before = op.reconciles(&[])?;
-    poll(
-        "reconciles while the admin API is away",
-        TIMEOUT,
-        || async { Ok((op.reconciles(&[])? >= before + 2.0).then_some(())) },
-    )
-    .await?;
+    // Reconciles while the backlog is unknown (the failed reads themselves ask for none
+    // after the first) leave the Deployment as it is.
+    for touch in ["away-1", "away-2"] {
+        touch_and_wait_reconcile(&ns.api::<PulsarConsumer>(), &op, "drain", touch, &[]).await?;
+    }
     let now = ns.api::<Deployment>().get("drain-deployment").await?;
     ensure!(
         replicas_of(&now) == Some(3),
@@ -325,6 +362,8 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
         topic.clone(),
         subscription.clone(),
     );
+    // Drained: a backlog reaching 0 is in the status at once (one that only moves is
+    // written at most every 30 s).
     let (_, _) = wait_scaled(&ns, "drain", "the backlog drained", |pc, _| {
         pc.status.as_ref().and_then(|s| s.backlog) == Some(0)
     })
@@ -332,9 +371,10 @@ async fn pulsar_autoscaling_follows_the_backlog() -> Result<()> {
     let drained_at = Instant::now();
     let drain_seconds = drained_at.duration_since(started).as_secs_f64();
 
-    // Drained for the window: down to minReplicas (0), not sooner.
+    // Drained for the window: down to minReplicas (0), not sooner, and the status says why.
     wait_scaled(&ns, "drain", "scaled to zero", |pc, d| {
-        replicas_of(d) == Some(0) && pc.status.as_ref().and_then(|s| s.desired_replicas) == Some(0)
+        let s = pc.status.clone().unwrap_or_default();
+        replicas_of(d) == Some(0) && s.desired_replicas == Some(0) && s.backlog == Some(0)
     })
     .await?;
     let zero_after = drained_at.elapsed().as_secs_f64();
@@ -458,6 +498,35 @@ async fn pulsar_autoscaling_invalid_settings_are_rejected_naming_the_field() -> 
             "spec.autoscaling.adminUrl",
         ),
         (
+            with("adminUrl", json!("http://x:0")),
+            "spec.autoscaling.adminUrl",
+        ),
+        (
+            with("adminUrl", json!("http://x:65536")),
+            "spec.autoscaling.adminUrl",
+        ),
+        (
+            with("adminUrl", json!("http://x:99999")),
+            "spec.autoscaling.adminUrl",
+        ),
+        // Never a broker: refused by the schema's rule, naming the field.
+        (
+            with("adminUrl", json!("http://169.254.169.254:80")),
+            "spec.autoscaling.adminUrl must not point at",
+        ),
+        (
+            with("adminUrl", json!("https://kubernetes.default.svc:443")),
+            "spec.autoscaling.adminUrl must not point at",
+        ),
+        (
+            with("adminUrl", json!("http://0.0.0.0:8080")),
+            "spec.autoscaling.adminUrl must not point at",
+        ),
+        (
+            with("adminUrl", json!("http://[fe80::1]:8080")),
+            "spec.autoscaling.adminUrl must not point at",
+        ),
+        (
             with("pollIntervalSeconds", json!(0)),
             "spec.autoscaling.pollIntervalSeconds",
         ),
@@ -510,7 +579,305 @@ async fn pulsar_autoscaling_invalid_settings_are_rejected_naming_the_field() -> 
     .await?;
     let a = ok.spec.autoscaling.context("autoscaling kept")?;
     ensure!(a.min_replicas == 0 && a.poll_interval_seconds == 15 && a.admin_url.is_none());
+
+    // The highest port; loopback (left to the operator, whose administrator may allow it);
+    // a cluster address; and no adminUrl at all (null) are accepted.
+    for (i, admin_url) in [
+        json!("http://pulsar-broker.pulsar.svc:65535"),
+        json!("http://127.0.0.1:18080"),
+        json!("http://10.96.0.10:8080/"),
+        Value::Null,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut autoscaling = good.clone();
+        autoscaling["adminUrl"] = admin_url.clone();
+        let manifest = json!({
+            "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+            "kind": "PulsarConsumer",
+            "metadata": {"name": format!("good-{i}")},
+            "spec": {
+                "serverAddress": "pulsar://localhost:65535",
+                "topic": "t",
+                "subscriptionName": "s",
+                "replicas": 1,
+                "autoscaling": autoscaling,
+            }
+        });
+        let obj: kube::core::DynamicObject = serde_json::from_value(manifest)?;
+        api.create(&kube::api::PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("adminUrl {admin_url} must be accepted"))?;
+    }
     Ok(())
+}
+
+/// A one-route-per-topic HTTP/1 endpoint on 127.0.0.1 for the admin API reads: answers a
+/// request whose path contains a route's key with its status and body (chunked when the
+/// route says so, without a length), anything else 404; counts the connections it accepts.
+struct FakeAdmin {
+    port: u16,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeAdmin {
+    async fn start(routes: Vec<(&'static str, u16, Vec<u8>, bool)>) -> Result<FakeAdmin> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&connections);
+        let routes = Arc::new(routes);
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let routes = Arc::clone(&routes);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 << 10 {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let path = head.split_whitespace().nth(1).unwrap_or("");
+                    let (code, body, chunked) = routes
+                        .iter()
+                        .find(|(key, ..)| path.contains(&format!("/{key}/")))
+                        .map(|(_, code, body, chunked)| (*code, body.as_slice(), *chunked))
+                        .unwrap_or((404, &b"not found"[..], false));
+                    let _ = if chunked {
+                        let head =
+                            format!("HTTP/1.1 {code} X\r\nTransfer-Encoding: chunked\r\n\r\n");
+                        let mut out = head.into_bytes();
+                        for piece in body.chunks(64 << 10) {
+                            out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                            out.extend_from_slice(piece);
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        out.extend_from_slice(b"0\r\n\r\n");
+                        conn.write_all(&out).await
+                    } else {
+                        let head = format!(
+                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        let mut out = head.into_bytes();
+                        out.extend_from_slice(body);
+                        conn.write_all(&out).await
+                    };
+                });
+            }
+        });
+        Ok(FakeAdmin {
+            port,
+            connections,
+            task,
+        })
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for FakeAdmin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An autoscaled PulsarConsumer reading `admin_url` for `topic`.
+fn reading(name: &str, topic: &str, admin_url: &str) -> Value {
+    json!({
+        "apiVersion": "pulsar.pulsarconsumer.krvarma.com/v1",
+        "kind": "PulsarConsumer",
+        "metadata": {"name": name},
+        "spec": {
+            "serverAddress": "pulsar://pulsar-broker.pulsar.svc:6650",
+            "topic": topic,
+            "subscriptionName": "s",
+            "replicas": 1,
+            "autoscaling": {
+                "minReplicas": 0,
+                "maxReplicas": 2,
+                "targetBacklogPerReplica": 10,
+                "adminUrl": admin_url,
+                "pollIntervalSeconds": 1,
+            }
+        }
+    })
+}
+
+/// The operator's peak resident memory (VmHWM), in MiB.
+fn peak_rss_mib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+        .context("no VmHWM")
+}
+
+/// Waits until every named PulsarConsumer has `ScalingActive=False` with its reason;
+/// returns their `ScalingActive` messages.
+async fn wait_reasons(ns: &TestNamespace, want: &[(&str, &str)]) -> Result<Vec<String>> {
+    poll("the ScalingActive reasons", TIMEOUT, || async {
+        let mut messages = Vec::new();
+        for (name, reason) in want {
+            let pc = ns.api::<PulsarConsumer>().get(name).await?;
+            let Some(c) = pc
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == "ScalingActive")
+            else {
+                return Ok(None);
+            };
+            if c.status != "False" || c.reason != *reason {
+                return Ok(None);
+            }
+            messages.push(c.message.clone());
+        }
+        Ok(Some(messages))
+    })
+    .await
+}
+
+/// What a tenant's endpoint answers must never show: the statuses, the events and the
+/// operator's log (info level) do not contain `marker`.
+async fn assert_nowhere(ns: &TestNamespace, op: &OperatorProcess, marker: &str) -> Result<()> {
+    for pc in list_all::<PulsarConsumer>(ns).await? {
+        let status = serde_json::to_string(&pc.status)?;
+        ensure!(
+            !status.contains(marker),
+            "the status shows the endpoint's answer: {status}"
+        );
+    }
+    for e in list_all::<Event>(ns).await? {
+        let text = serde_json::to_string(&e)?;
+        ensure!(
+            !text.contains(marker),
+            "an event shows the endpoint's answer: {text}"
+        );
+    }
+    ensure!(
+        !op.log().contains(marker),
+        "the operator logged the endpoint's answer"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn pulsar_autoscaling_never_reaches_refused_targets() -> Result<()> {
+    const MARKER: &str = "TENANT-ENDPOINT-MARKER-5c2e9";
+    let marked = |s: &str| format!("{s} {MARKER}").into_bytes();
+    // 8 MiB of `[0,0,...]` with the marker: the answer that once took the operator to
+    // 154 MiB at 1 s reads (its limit is 128Mi).
+    let huge = {
+        let mut b = format!("[\"{MARKER}\",0").into_bytes();
+        b.extend(std::iter::repeat_n(&b",0"[..], 4 << 20).flatten());
+        b.push(b']');
+        b
+    };
+    let admin = FakeAdmin::start(vec![
+        ("marker-503", 503, marked("Service Unavailable"), false),
+        ("marker-401", 401, marked("Unauthorized"), false),
+        ("marker-garbage", 200, marked("<html>"), false),
+        (
+            "marker-nosub",
+            200,
+            json!({"subscriptions": {MARKER: {"msgBacklog": 1}}, "x": MARKER})
+                .to_string()
+                .into_bytes(),
+            false,
+        ),
+        ("marker-huge", 200, huge.clone(), false),
+        ("marker-huge-chunked", 200, huge, true),
+    ])
+    .await?;
+    let literal = format!("http://127.0.0.1:{}", admin.port);
+    let named = format!("http://localhost:{}", admin.port);
+    let ns = TestNamespace::restricted("pulsar-refused").await?;
+
+    // As a cluster runs it: loopback refused, whether written as an address or a name
+    // that resolves to it; nothing connects to the endpoint.
+    let mut op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    create_from_json::<PulsarConsumer>(&ns, reading("literal", "marker-503", &literal)).await?;
+    create_from_json::<PulsarConsumer>(&ns, reading("named", "marker-503", &named)).await?;
+    let messages = wait_reasons(
+        &ns,
+        &[
+            ("literal", "AdminTargetNotAllowed"),
+            ("named", "AdminTargetNotAllowed"),
+        ],
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", op.log()))?;
+    for m in &messages {
+        ensure!(m.contains("spec.autoscaling.adminUrl"), "{m}");
+    }
+    // One Warning each (published right after the status write).
+    poll("a Warning event for each", TIMEOUT, || async {
+        let warnings = events_where(&ns, |e| {
+            e.reason.as_deref() == Some("AdminTargetNotAllowed")
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .await?;
+        Ok((warnings.len() == 2).then_some(()))
+    })
+    .await?;
+    ensure!(
+        admin.connections() == 0,
+        "{} connections reached the refused endpoint",
+        admin.connections()
+    );
+    ensure!(op.terminate()?, "the operator exits 0");
+
+    // Allowed by the administrator: the endpoint answers errors, garbage and 8 MiB, each
+    // with the marker, and none of it shows.
+    let op = OperatorProcess::start_with(OPERATOR, &[&ns.name], allow_loopback()).await?;
+    for (name, topic) in [
+        ("e401", "marker-401"),
+        ("garbage", "marker-garbage"),
+        ("nosub", "marker-nosub"),
+        ("huge", "marker-huge"),
+        ("chunked", "marker-huge-chunked"),
+    ] {
+        create_from_json::<PulsarConsumer>(&ns, reading(name, topic, &literal)).await?;
+    }
+    let messages = wait_reasons(
+        &ns,
+        &[
+            ("literal", "AdminAPIUnavailable"),
+            ("named", "AdminAPIUnavailable"),
+            ("e401", "InvalidAdminResponse"),
+            ("garbage", "InvalidAdminResponse"),
+            ("nosub", "SubscriptionNotFound"),
+            ("huge", "AdminResponseTooLarge"),
+            ("chunked", "AdminResponseTooLarge"),
+        ],
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", op.log()))?;
+    ensure!(
+        messages[0].starts_with("the Pulsar admin API answered HTTP 503"),
+        "{}",
+        messages[0]
+    );
+    ensure!(admin.connections() > 0, "the allowed endpoint was read");
+    // Ten seconds of 8 MiB answers at 1 s reads: the operator's peak memory stays far from
+    // its 128Mi limit (each read holds at most 1 MiB of the answer).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let peak = peak_rss_mib(op.pid())?;
+    println!("refused targets: operator peak RSS {peak:.1} MiB after 8 MiB answers at 1 s reads");
+    ensure!(peak < 96.0, "peak RSS {peak:.1} MiB");
+    assert_nowhere(&ns, &op, MARKER).await
 }
 
 /// The subscription's backlog, read from the broker's admin API with curl.
@@ -620,7 +987,7 @@ async fn bench_autoscale_drain() -> Result<()> {
     let (server, _broker) = shared_broker().await?;
     let admin = admin_port().await?;
     let ns = TestNamespace::restricted("pulsar-bench").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    let _op = OperatorProcess::start_with(OPERATOR, &[&ns.name], allow_loopback()).await?;
     let fixed = drain(&ns, &server, admin, "fixed single consumer", None).await?;
     let scaled = drain(
         &ns,

@@ -498,7 +498,7 @@ fn write_image(name: &str, tag: &str, layout: &Layout) -> Result<Image> {
 }
 
 /// Tags follow the registry rules: `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`.
-fn check_tag(tag: &str) -> Result<()> {
+pub(crate) fn check_tag(tag: &str) -> Result<()> {
     let ok = !tag.is_empty()
         && tag.len() <= 128
         && !tag.starts_with(['.', '-'])

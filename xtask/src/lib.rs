@@ -1,8 +1,9 @@
 //! The part of `cargo xtask` the end-to-end tests share (the `xtask` binary is
 //! the rest): running kubectl and other commands, kubeconfigs that authenticate as a
 //! ServiceAccount, so operators run with exactly the RBAC that `deploy/` grants them,
-//! the NodePorts in use, and the API requests an operator logged (the bench counts
-//! them; the tests derive the RBAC an operator needs from them).
+//! the NodePorts in use, the API requests an operator logged (the bench counts
+//! them; the tests derive the RBAC an operator needs from them), and the metric names of
+//! PromQL queries (the dashboards' test).
 
 pub mod cmd;
 pub mod http;
@@ -15,6 +16,7 @@ pub mod openssl;
 pub mod operators;
 pub mod paths;
 pub mod process_group;
+pub mod promql;
 pub mod pulsar_consumer;
 pub mod requests;
 pub mod simulated;

@@ -2,6 +2,11 @@
 //!
 //! - `cluster up|down|status|env|stop`: the local Kubernetes control plane.
 //! - `crds [--check]`: regenerate the CRDs under `deploy/`, or fail on drift.
+//! - `installers [--check] [--registry R]`: the single-file installers
+//!   `deploy/<operator>/install.yaml`.
+//! - `actionlint`: lint the GitHub Actions workflows.
+//! - `release <version>`: bump the workspace version, regenerate, date the
+//!   changelog; prints the commands that commit and tag it.
 //! - `test`: the one command CI runs (format, lints, unit tests, CRD drift,
 //!   end-to-end tests on the local cluster).
 //! - `pulsar up|down|restart|status`: a real Apache Pulsar standalone broker
@@ -16,6 +21,7 @@
 //!   from the kustomize trees, or fail on drift (and lint and compare them).
 //! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
 
+mod actionlint;
 mod bench;
 mod charts;
 mod cluster;
@@ -24,9 +30,12 @@ mod demo;
 mod deploy;
 mod deps;
 mod image;
+mod installers;
 mod pulsar;
+mod release;
 mod test;
 mod tools;
+mod version;
 
 use xtask::{cmd, paths};
 
@@ -69,6 +78,23 @@ enum Command {
     },
     /// Run a tool built from its Go module (`helm`, `oras`).
     Tool(tools::ToolArgs),
+    /// Write the single-file installers `deploy/<operator>/install.yaml`.
+    ///
+    /// Each is `kubectl kustomize deploy/<operator>` with the images pinned to
+    /// `ghcr.io/rust-operators/<image>:<workspace version>` (install with `kubectl apply -f`);
+    /// `--registry <prefix> --out-dir <dir>` writes them for another registry. The same
+    /// run sets the kustomize trees' image tags to the workspace version; `--check` fails
+    /// on any difference instead.
+    Installers(installers::InstallersArgs),
+    /// Cut a release in the working tree, ready to tag.
+    ///
+    /// Sets the workspace version (Cargo.toml, Cargo.lock), regenerates the CRDs,
+    /// installers and charts, moves CHANGELOG.md's Unreleased section under the version
+    /// with today's date, and prints the `git commit`/`git tag` commands (it commits
+    /// nothing).
+    Release(release::ReleaseArgs),
+    /// Lint `.github/workflows/` with actionlint (built from its Go module).
+    Actionlint,
     /// Run everything CI runs.
     Test(test::TestArgs),
     /// Build an OCI image of one binary under `target/images/` (and push it).
@@ -150,6 +176,9 @@ fn main() -> Result<()> {
         Command::Crds { check } => crds::run(check),
         Command::Charts { check } => charts::run(check),
         Command::Tool(args) => tools::run(&args),
+        Command::Installers(args) => installers::run(&args),
+        Command::Release(args) => release::run(&args),
+        Command::Actionlint => actionlint::run(),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),
         Command::Deploy(args) => deploy::deploy(&args),

@@ -66,7 +66,20 @@ pub fn run(args: &TestArgs) -> Result<()> {
         ]))
     })?;
     step("hadolint (Dockerfiles)", hadolint)?;
+    step("actionlint (.github/workflows)", crate::actionlint::run)?;
     step("CRD drift check", || crds::run(true))?;
+    step(
+        "installer drift check (deploy/<operator>/install.yaml)",
+        || {
+            crate::installers::run(&crate::installers::InstallersArgs {
+                check: true,
+                registry: None,
+                tag: None,
+                out_dir: None,
+                operators: Vec::new(),
+            })
+        },
+    )?;
     step(
         "Helm charts (drift, helm lint --strict, helm template = kubectl kustomize)",
         || crate::charts::run(true),

@@ -32,8 +32,16 @@ pub const APP: &str = "lolcow";
 pub const CONTAINER: &str = "lolcow";
 /// The port the web app listens on in its container (the image's `PORT`).
 pub const CONTAINER_PORT: i32 = 8080;
-/// The name of that port (the probes and the Service's target refer to it).
+/// The name of that port.
 pub const PORT_NAME: &str = "http";
+/// The port of the web app's probe listener (the image's `PROBE_PORT`): `/healthz` for the
+/// kubelet only. No Service targets it, so clients of the page, however many, cannot keep
+/// the probes from being answered (and the pod from being restarted).
+pub const PROBE_PORT: i32 = 8081;
+/// The name of that port (the probes refer to it).
+pub const PROBE_PORT_NAME: &str = "probes";
+/// The environment variable the web app reads its probe port from.
+pub const PROBE_PORT_ENV: &str = "PROBE_PORT";
 /// The Service's cluster-internal port.
 pub const SERVICE_PORT: i32 = 80;
 /// The web app's health endpoint.
@@ -106,7 +114,7 @@ fn health_probe(period_seconds: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(HEALTH_PATH.to_owned()),
-            port: IntOrString::String(PORT_NAME.to_owned()),
+            port: IntOrString::String(PROBE_PORT_NAME.to_owned()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period_seconds),
@@ -115,8 +123,9 @@ fn health_probe(period_seconds: i32) -> Probe {
 }
 
 /// The web app's Deployment: named like the Lolcow, one replica of `image` with the
-/// greeting in `GREETING`, port 8080 named `http`, probes on `/healthz`, under the
-/// `restricted` Pod Security Standard with a read-only root filesystem.
+/// greeting in `GREETING`, the page on port 8080 named `http`, probes on `/healthz` of
+/// port 8081 named `probes` (a listener of its own), under the `restricted` Pod Security
+/// Standard with a read-only root filesystem.
 #[must_use]
 pub fn desired_deployment(lc: &Lolcow, owner: OwnerReference, image: &str) -> Deployment {
     let image = if image.is_empty() {
@@ -139,13 +148,26 @@ pub fn desired_deployment(lc: &Lolcow, owner: OwnerReference, image: &str) -> De
                 value: Some(CONTAINER_PORT.to_string()),
                 ..EnvVar::default()
             },
+            EnvVar {
+                name: PROBE_PORT_ENV.to_owned(),
+                value: Some(PROBE_PORT.to_string()),
+                ..EnvVar::default()
+            },
         ]),
-        ports: Some(vec![ContainerPort {
-            name: Some(PORT_NAME.to_owned()),
-            container_port: CONTAINER_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(PORT_NAME.to_owned()),
+                container_port: CONTAINER_PORT,
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some(PROBE_PORT_NAME.to_owned()),
+                container_port: PROBE_PORT,
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+        ]),
         readiness_probe: Some(health_probe(5)),
         liveness_probe: Some(health_probe(10)),
         resources: Some(ResourceRequirements {
@@ -167,7 +189,7 @@ pub fn desired_deployment(lc: &Lolcow, owner: OwnerReference, image: &str) -> De
 }
 
 /// The Service: named like the Lolcow, type NodePort, port 80 to the container's 8080,
-/// `nodePort = spec.port`.
+/// `nodePort = spec.port`. The page only: never the probe port.
 #[must_use]
 pub fn desired_service(lc: &Lolcow, owner: OwnerReference) -> Service {
     Service {
@@ -246,15 +268,31 @@ mod tests {
         assert_restricted_pod(pod);
         let c = &pod.containers[0];
         assert_eq!(c.image.as_deref(), Some("registry.local/lolcow-web:1"));
-        let port = &c.ports.clone().unwrap()[0];
+        let ports: Vec<_> = c
+            .ports
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.name.unwrap(), p.container_port))
+            .collect();
         assert_eq!(
-            (port.name.as_deref(), port.container_port),
-            (Some("http"), 8080)
+            ports,
+            [("http".to_owned(), 8080), ("probes".to_owned(), 8081)]
         );
+        let env = |name: &str| {
+            c.env
+                .iter()
+                .flatten()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(env("PORT").as_deref(), Some("8080"));
+        assert_eq!(env("PROBE_PORT").as_deref(), Some("8081"));
+        // Both probes on the probe listener, which no Service exposes.
         for probe in [c.readiness_probe.clone(), c.liveness_probe.clone()] {
             let get = probe.unwrap().http_get.unwrap();
             assert_eq!(get.path.as_deref(), Some("/healthz"));
-            assert_eq!(get.port, IntOrString::String("http".into()));
+            assert_eq!(get.port, IntOrString::String("probes".into()));
         }
         let sc = c.security_context.clone().unwrap();
         assert_eq!(sc.allow_privilege_escalation, Some(false));
@@ -284,7 +322,9 @@ mod tests {
         let spec = s.spec.clone().unwrap();
         assert_eq!(spec.type_.as_deref(), Some("NodePort"));
         assert_eq!(spec.selector.unwrap(), selector_labels(&lc));
-        let p = &spec.ports.unwrap()[0];
+        let ports = spec.ports.unwrap();
+        assert_eq!(ports.len(), 1, "the Service exposes the page alone");
+        let p = &ports[0];
         assert_eq!(p.port, 80);
         assert_eq!(p.target_port, Some(IntOrString::Int(8080)));
         assert_eq!(node_port(&s), Some(31234));

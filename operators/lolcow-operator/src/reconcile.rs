@@ -24,7 +24,7 @@ use shared::{
     backoff::ErrorBackoff,
     conditions,
     namespaces::ScopedStores,
-    ownership::{Claim, claim},
+    ownership::{Claim, LEFTOVER_RECHECK, claim},
     slim::Slim,
 };
 
@@ -127,6 +127,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // Names held by objects this Lolcow does not control are never written to.
     let mut conflicts = Vec::new();
+    let mut leftover = false;
 
     // The web app.
     let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -139,6 +140,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
         }
         Claim::Leftover => {
             tracing::info!("waiting for the Deployment of an earlier Lolcow to go");
+            leftover = true;
             None
         }
         Claim::Free => write_deployment(&lc, ctx.as_ref(), &dep_api, owner.clone(), None).await?,
@@ -158,6 +160,7 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
         }
         Claim::Leftover => {
             tracing::info!("waiting for the Service of an earlier Lolcow to go");
+            leftover = true;
             (None, None)
         }
         Claim::Free => write_service(&lc, manager, &svc_api, owner, None).await?,
@@ -188,6 +191,11 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(Action::requeue(ctx.refused.failed(&key)));
     }
     ctx.refused.succeeded(&key);
+    if leftover {
+        // A leftover whose labels were removed is out of the watch: its deletion
+        // announces nothing.
+        return Ok(Action::requeue(LEFTOVER_RECHECK));
+    }
     Ok(Action::await_change())
 }
 

@@ -4,37 +4,63 @@
 //! topic (the broker sums its partitions there; the per-partition figures are summed here
 //! when only they are given).
 //!
-//! The pure parts (topic names, URLs, the JSON) are unit-tested below; [`AdminClient`] does
-//! the HTTP.
+//! The endpoint is whatever a tenant wrote in `spec.autoscaling.adminUrl` (or the host of
+//! `spec.serverAddress`), so everything here treats it as hostile:
+//! - where: [`crate::target`] refuses loopback, link-local, the API server and the like, on
+//!   the resolved addresses, at connect time;
+//! - how much: an answer is read only when it is a 2xx, and only up to [`MAX_BODY_BYTES`]
+//!   (error bodies are never read); it is parsed by a typed visitor that keeps the one
+//!   subscription's `msgBacklog` and skips everything else without building it
+//!   ([`backlog_from_stats`]), never into a whole JSON value;
+//! - what is told: an [`AdminError`] carries no text of the answer or of the connection's
+//!   error, only fixed messages (and an HTTP status code), so nothing the endpoint says
+//!   reaches a status or an event. The details are logged at debug level.
 //!
 //! HTTP client: hyper-util's client over hyper-rustls (ring, native roots, HTTP/1 only),
 //! the very crates kube already builds for its own connection, so the operator gains no new
 //! dependency tree (reqwest would add one) and no OpenSSL.
 
-use std::{sync::OnceLock, time::Duration};
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Empty};
 use hyper::{
     Request, StatusCode,
-    body::Bytes,
-    header::{ACCEPT, USER_AGENT},
+    body::{Bytes, Incoming},
+    header::{ACCEPT, CONTENT_LENGTH, USER_AGENT},
 };
 use hyper_rustls::HttpsConnector;
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
-use serde_json::Value;
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+
+use crate::target::{GuardedConnector, TargetPolicy, not_allowed_in};
 
 /// Pulsar's standard web service (admin API) port, for `pulsar://` service URLs.
 pub const DEFAULT_ADMIN_PORT: u16 = 8080;
 /// Pulsar's standard TLS web service port, for `pulsar+ssl://` service URLs.
 pub const DEFAULT_ADMIN_TLS_PORT: u16 = 8443;
-/// The largest stats document read (a topic with many partitions and consumers).
-pub const MAX_BODY_BYTES: usize = 8 << 20;
+/// The largest stats document read; a larger answer is refused without being read further
+/// ([`AdminError::TooLarge`]).
+///
+/// Why 1 MiB: the operator asks for the stats without publishers and consumers and, for a
+/// partitioned topic, for the broker's sum only (see [`stats_url`]). Measured on Pulsar
+/// 4.2: about 1.1 KiB for the topic plus 1.4 KiB per subscription (a topic of 4 partitions
+/// and 3 subscriptions: 5.1 KiB; 36 KiB with the per-partition figures), so a topic with
+/// 700 subscriptions fits. A broker that ignores `excludeConsumers` adds about 0.65 KiB
+/// per consumer: a subscription with `maxReplicas` (1,000) consumers and 250 more
+/// subscriptions still fit. Memory: one read holds at most this much (1.5 times while its
+/// buffer grows, when the length is not announced) plus the connection's 64 KiB read
+/// buffer, and at most [`crate::options::Options::max_concurrent_polls`] reads run at once:
+/// with the default 8, the answers of all autoscaled objects together take at most about
+/// 13 MiB (8 x (1.5 MiB + 64 KiB)).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// How long connecting to the admin API may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
+/// The HTTP/1 read buffer of a connection (hyper's default grows to about 400 KiB): also the
+/// limit of the answer's head.
+const READ_BUFFER_BYTES: usize = 64 << 10;
 /// A topic as the admin API names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topic {
@@ -107,10 +133,14 @@ pub fn encode_segment(segment: &str) -> String {
 }
 
 /// The stats URL of `topic` under `admin_url`; `partitioned` picks `/partitioned-stats`.
+///
+/// The query keeps the answer small: no publishers and no consumers (a broker that does not
+/// know the parameters ignores them) and, for a partitioned topic, only the broker's sum
+/// over the partitions (`perPartition=false`). `msgBacklog` is in the answer either way.
 #[must_use]
 pub fn stats_url(admin_url: &str, topic: &Topic, partitioned: bool) -> String {
     format!(
-        "{}/admin/v2/{}/{}/{}/{}/{}",
+        "{}/admin/v2/{}/{}/{}/{}/{}?excludePublishers=true&excludeConsumers=true{}",
         admin_url.trim_end_matches('/'),
         topic.domain,
         encode_segment(&topic.tenant),
@@ -120,22 +150,43 @@ pub fn stats_url(admin_url: &str, topic: &Topic, partitioned: bool) -> String {
             "partitioned-stats"
         } else {
             "stats"
+        },
+        if partitioned {
+            "&perPartition=false"
+        } else {
+            ""
         }
     )
 }
 
-/// Why the backlog could not be read.
+/// Why the backlog could not be read. The messages are fixed: nothing the endpoint answered
+/// (body, headers, the text of a connection error) is in them, only an HTTP status code and
+/// what the spec names (topic, subscription).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdminError {
-    /// No answer: connection refused, timeout, TLS failure, a 5xx.
-    #[error("the Pulsar admin API at {url} cannot be read: {message}")]
-    Unavailable {
-        /// The URL asked.
-        url: String,
-        /// What went wrong.
-        message: String,
-    },
-    /// The broker does not know the topic.
+    /// The target is refused by the operator's policy ([`crate::target`]).
+    #[error(
+        "spec.autoscaling.adminUrl (when unset: the host of spec.serverAddress) points at an \
+         address the operator does not connect to: loopback, link-local, unspecified, \
+         multicast or broadcast, a cloud metadata service or the Kubernetes API server"
+    )]
+    NotAllowed,
+    /// No connection (refused, unreachable, DNS, TLS).
+    #[error("the Pulsar admin API cannot be reached (no TCP or TLS connection)")]
+    Unreachable,
+    /// No whole answer in time.
+    #[error("the Pulsar admin API did not answer within {0}s")]
+    Timeout(u64),
+    /// The connection broke before a whole answer came.
+    #[error("the connection to the Pulsar admin API broke before a whole answer came")]
+    Broken,
+    /// A 5xx.
+    #[error("the Pulsar admin API answered HTTP {0}")]
+    ServerError(u16),
+    /// The operator cannot set up TLS (a local problem).
+    #[error("the operator cannot set up TLS for the Pulsar admin API")]
+    Tls,
+    /// The broker does not know the topic (a 404).
     #[error("the topic {0} does not exist (the consumers create it when they subscribe)")]
     TopicNotFound(String),
     /// The topic has no such subscription (yet).
@@ -148,71 +199,281 @@ pub enum AdminError {
         /// The subscription.
         subscription: String,
     },
-    /// Any other answer (401/403, not JSON, no `msgBacklog`).
-    #[error("unexpected answer from the Pulsar admin API at {url}: {message}")]
-    BadResponse {
-        /// The URL asked.
-        url: String,
-        /// What was wrong with it.
-        message: String,
-    },
+    /// Another status (401, 403, 3xx, ...).
+    #[error("the Pulsar admin API answered HTTP {0}, not a topic's stats")]
+    UnexpectedStatus(u16),
+    /// A 2xx larger than [`MAX_BODY_BYTES`].
+    #[error(
+        "the Pulsar admin API answered more than {} KiB, more than a topic's stats",
+        MAX_BODY_BYTES >> 10
+    )]
+    TooLarge,
+    /// A 2xx that is not a topic stats document.
+    #[error(
+        "the Pulsar admin API's answer is not a topic's stats (no subscriptions with a msgBacklog)"
+    )]
+    NotStats,
 }
+
+/// `ScalingActive=False` reason: the target is refused ([`AdminError::NotAllowed`]).
+pub const REASON_TARGET_NOT_ALLOWED: &str = "AdminTargetNotAllowed";
+/// `ScalingActive=False` reason: the answer is larger than [`MAX_BODY_BYTES`].
+pub const REASON_RESPONSE_TOO_LARGE: &str = "AdminResponseTooLarge";
 
 impl AdminError {
     /// The `ScalingActive=False` reason.
     #[must_use]
     pub fn reason(&self) -> &'static str {
         match self {
-            AdminError::Unavailable { .. } => "AdminAPIUnavailable",
+            AdminError::NotAllowed => REASON_TARGET_NOT_ALLOWED,
+            AdminError::Unreachable
+            | AdminError::Timeout(_)
+            | AdminError::Broken
+            | AdminError::ServerError(_)
+            | AdminError::Tls => "AdminAPIUnavailable",
             AdminError::TopicNotFound(_) => "TopicNotFound",
             AdminError::SubscriptionNotFound { .. } => "SubscriptionNotFound",
-            AdminError::BadResponse { .. } => "InvalidAdminResponse",
+            AdminError::UnexpectedStatus(_) | AdminError::NotStats => "InvalidAdminResponse",
+            AdminError::TooLarge => REASON_RESPONSE_TOO_LARGE,
         }
     }
 }
 
-/// The backlog of `subscription` in a stats document: `subscriptions[sub].msgBacklog`,
-/// or the sum over `partitions[*].subscriptions[sub].msgBacklog` when the document has
-/// per-partition figures only. `None` when the subscription is not there.
+/// The backlog of `subscription` in a stats document: `subscriptions[sub].msgBacklog`, or
+/// the sum over `partitions[*].subscriptions[sub].msgBacklog` when the document has
+/// per-partition figures only. `Ok(None)` when the subscription is not there.
+///
+/// Typed and lazy: a serde visitor walks the document once and keeps only those numbers;
+/// every other key and value is skipped ([`IgnoredAny`]) without being built, so parsing
+/// allocates nothing but serde_json's scratch for an escaped string. Nesting is limited by
+/// serde_json's recursion limit (128).
 ///
 /// # Errors
-/// A message when the document is not a stats document.
-pub fn backlog_from_stats(stats: &Value, subscription: &str) -> Result<Option<u64>, String> {
-    let backlog_of = |subs: &Value| -> Result<Option<u64>, String> {
-        match subs.get(subscription) {
-            None => Ok(None),
-            Some(sub) => sub
-                .get("msgBacklog")
-                .and_then(Value::as_u64)
-                .map(Some)
-                .ok_or_else(|| format!("subscription {subscription} has no msgBacklog")),
-        }
-    };
-    if let Some(subs) = stats.get("subscriptions").filter(|s| s.is_object())
-        && let Some(backlog) = backlog_of(subs)?
-    {
-        return Ok(Some(backlog));
+/// [`AdminError::NotStats`] when the document is not a topic stats document (not JSON, not
+/// an object, no `subscriptions`, the subscription without a `msgBacklog` that is a whole
+/// number).
+pub fn backlog_from_stats(body: &[u8], subscription: &str) -> Result<Option<u64>, AdminError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let stats = StatsSeed {
+        subscription,
+        partitions: true,
     }
-    if let Some(partitions) = stats.get("partitions").and_then(Value::as_object)
-        && !partitions.is_empty()
-    {
-        let mut total: Option<u64> = None;
-        for p in partitions.values() {
-            if let Some(b) = p
-                .get("subscriptions")
-                .map(backlog_of)
-                .transpose()?
-                .flatten()
-            {
-                total = Some(total.unwrap_or(0).saturating_add(b));
-            }
-        }
-        return Ok(total);
+    .deserialize(&mut de)
+    .and_then(|stats| de.end().map(|()| stats))
+    .map_err(|e| {
+        tracing::debug!(error = %e, "the admin API's answer is not a stats document");
+        AdminError::NotStats
+    })?;
+    match stats.subscription {
+        Some(Found::NoBacklog) => return Err(AdminError::NotStats),
+        Some(Found::Backlog(b)) => return Ok(Some(b)),
+        _ => {}
     }
-    if stats.get("subscriptions").is_some_and(Value::is_object) {
+    if let Some(p) = stats.partitions.filter(|p| p.count > 0) {
+        return if p.no_backlog {
+            Err(AdminError::NotStats)
+        } else {
+            Ok(p.total)
+        };
+    }
+    if stats.subscription.is_some() {
         return Ok(None);
     }
-    Err("not a topic stats document (no subscriptions)".to_owned())
+    Err(AdminError::NotStats)
+}
+
+/// What one `subscriptions` object says of the subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// Not there.
+    Absent,
+    /// There, with this `msgBacklog`.
+    Backlog(u64),
+    /// There, without `msgBacklog`.
+    NoBacklog,
+}
+
+/// What a stats document (the topic's, or one partition's) says.
+#[derive(Debug, Default)]
+struct Stats {
+    /// `None`: no `subscriptions` key.
+    subscription: Option<Found>,
+    /// `None`: no `partitions` key.
+    partitions: Option<Partitions>,
+}
+
+/// What the `partitions` object says.
+#[derive(Debug, Default)]
+struct Partitions {
+    /// Partitions listed.
+    count: usize,
+    /// The sum of the backlogs of those that have the subscription.
+    total: Option<u64>,
+    /// A partition has the subscription without `msgBacklog`.
+    no_backlog: bool,
+}
+
+/// A map key, compared with `names` without being allocated: the index of the one it is.
+struct KeyIn<'a>(&'a [&'a str]);
+
+impl<'de> DeserializeSeed<'de> for KeyIn<'_> {
+    type Value = Option<usize>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeyIn<'_> {
+    type Value = Option<usize>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().position(|name| *name == v))
+    }
+}
+
+/// A stats document; `partitions`: whether its `partitions` are read (the topic's, not a
+/// partition's).
+struct StatsSeed<'a> {
+    subscription: &'a str,
+    partitions: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for StatsSeed<'_> {
+    type Value = Stats;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StatsSeed<'_> {
+    type Value = Stats;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a topic stats object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut stats = Stats::default();
+        while let Some(key) = map.next_key_seed(KeyIn(&["subscriptions", "partitions"]))? {
+            match key {
+                Some(0) => {
+                    let found = map.next_value_seed(SubscriptionsSeed(self.subscription))?;
+                    // A repeated key: the first one that has the subscription counts.
+                    if matches!(stats.subscription, None | Some(Found::Absent)) {
+                        stats.subscription = Some(found);
+                    }
+                }
+                Some(1) if self.partitions => {
+                    let p = map.next_value_seed(PartitionsSeed(self.subscription))?;
+                    let all = stats.partitions.get_or_insert_with(Partitions::default);
+                    all.count += p.count;
+                    all.no_backlog |= p.no_backlog;
+                    all.total = sum(all.total, p.total);
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(stats)
+    }
+}
+
+/// `a + b`, saturating, where `None` is "nothing yet".
+fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A `subscriptions` object: the entry of the subscription.
+struct SubscriptionsSeed<'a>(&'a str);
+
+impl<'de> DeserializeSeed<'de> for SubscriptionsSeed<'_> {
+    type Value = Found;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SubscriptionsSeed<'_> {
+    type Value = Found;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object of subscriptions")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = Found::Absent;
+        while let Some(key) = map.next_key_seed(KeyIn(&[self.0]))? {
+            if key.is_some() && found == Found::Absent {
+                found = map.next_value_seed(SubscriptionSeed)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// One subscription's stats: its `msgBacklog`.
+struct SubscriptionSeed;
+
+impl<'de> DeserializeSeed<'de> for SubscriptionSeed {
+    type Value = Found;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SubscriptionSeed {
+    type Value = Found;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a subscription's stats object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = Found::NoBacklog;
+        while let Some(key) = map.next_key_seed(KeyIn(&["msgBacklog"]))? {
+            if key.is_some() && found == Found::NoBacklog {
+                found = Found::Backlog(map.next_value::<u64>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A `partitions` object (partition name -> its stats): the sum of their backlogs.
+struct PartitionsSeed<'a>(&'a str);
+
+impl<'de> DeserializeSeed<'de> for PartitionsSeed<'_> {
+    type Value = Partitions;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PartitionsSeed<'_> {
+    type Value = Partitions;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object of partitions")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut p = Partitions::default();
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            let stats = map.next_value_seed(StatsSeed {
+                subscription: self.0,
+                partitions: false,
+            })?;
+            p.count += 1;
+            match stats.subscription {
+                Some(Found::Backlog(b)) => p.total = sum(p.total, Some(b)),
+                Some(Found::NoBacklog) => p.no_backlog = true,
+                Some(Found::Absent) | None => {}
+            }
+        }
+        Ok(p)
+    }
 }
 
 /// Where to read one PulsarConsumer's backlog.
@@ -235,27 +496,40 @@ impl Target {
     }
 }
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+type HttpClient = Client<HttpsConnector<GuardedConnector>, Empty<Bytes>>;
 
-/// A client of Pulsar admin APIs, shared by all PulsarConsumers (one connection pool). Its
-/// TLS roots are loaded on first use, so an operator without autoscaling never loads them.
-#[derive(Default)]
+/// A client of Pulsar admin APIs, shared by all PulsarConsumers. Its TLS roots are loaded on
+/// first use, so an operator without autoscaling never loads them.
 pub struct AdminClient {
-    http: OnceLock<Result<HttpClient, String>>,
+    policy: Arc<TargetPolicy>,
+    http: OnceLock<Option<HttpClient>>,
 }
 
 impl std::fmt::Debug for AdminClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminClient").finish_non_exhaustive()
+        f.debug_struct("AdminClient")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
     }
 }
 
-/// The HTTP(S) client: rustls with ring and the system's CA certificates; without any,
-/// an empty trust store (plain http works, https fails each read with a clear error).
-fn build_client() -> Result<HttpClient, String> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+impl Default for AdminClient {
+    /// A client with the default [`TargetPolicy`].
+    fn default() -> Self {
+        Self::new(TargetPolicy::default())
+    }
+}
+
+/// The HTTP(S) client: rustls with ring and the system's CA certificates (without any, an
+/// empty trust store: plain http works, https fails each read), connecting only where
+/// `policy` allows. No connection is kept between reads: an idle pool keyed by what tenants
+/// choose (host and port) would grow with them, and one connection per read every few
+/// seconds costs a broker nothing.
+fn build_client(policy: Arc<TargetPolicy>) -> Option<HttpClient> {
+    let http = GuardedConnector::new(policy, |http| {
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    });
     let provider = rustls::crypto::ring::default_provider();
     let builder = match hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_native_roots(provider.clone())
@@ -265,56 +539,95 @@ fn build_client() -> Result<HttpClient, String> {
             tracing::warn!(%error, "no CA certificates: https admin URLs cannot be verified");
             let config = rustls::ClientConfig::builder_with_provider(provider.into())
                 .with_safe_default_protocol_versions()
-                .map_err(|e| format!("cannot set up TLS: {e}"))?
+                .inspect_err(|error| tracing::warn!(%error, "cannot set up TLS"))
+                .ok()?
                 .with_root_certificates(rustls::RootCertStore::empty())
                 .with_no_client_auth();
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
         }
     };
     let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(60))
-        .pool_max_idle_per_host(2)
-        .build(connector))
+    Some(
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .http1_max_buf_size(READ_BUFFER_BYTES)
+            .http1_max_headers(64)
+            .build(connector),
+    )
+}
+
+/// The body of a 2xx answer, at most [`MAX_BODY_BYTES`]: refused at once when the announced
+/// length is larger, else read until it grows larger.
+async fn read_capped(mut body: Incoming, announced: Option<u64>) -> Result<Vec<u8>, AdminError> {
+    if announced.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(AdminError::TooLarge);
+    }
+    let initial = announced
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(16 << 10);
+    let mut buf = Vec::with_capacity(initial.min(MAX_BODY_BYTES));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| {
+            tracing::debug!(%error, "reading the admin API's answer");
+            AdminError::Broken
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len().saturating_add(data.len()) > MAX_BODY_BYTES {
+                return Err(AdminError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
 }
 
 impl AdminClient {
-    /// GET `url`: the status and the body (at most [`MAX_BODY_BYTES`]).
-    async fn get(&self, url: &str) -> Result<(StatusCode, Bytes), AdminError> {
-        let unavailable = |message: String| AdminError::Unavailable {
-            url: url.to_owned(),
-            message,
-        };
+    /// A client connecting only where `policy` allows.
+    #[must_use]
+    pub fn new(policy: TargetPolicy) -> Self {
+        Self {
+            policy: Arc::new(policy),
+            http: OnceLock::new(),
+        }
+    }
+
+    /// GET `url`: the answer's head, its body not read yet.
+    async fn send(&self, url: &str) -> Result<hyper::Response<Incoming>, AdminError> {
         let request = Request::get(url)
             .header(ACCEPT, "application/json")
             .header(USER_AGENT, crate::OPERATOR.name)
             .body(Empty::<Bytes>::new())
-            .map_err(|e| AdminError::BadResponse {
-                url: url.to_owned(),
-                message: format!("invalid URL: {e}"),
+            .map_err(|error| {
+                // The schema only admits URLs that make a request; an object stored before
+                // it did may not.
+                tracing::debug!(%error, "invalid admin URL");
+                AdminError::Unreachable
             })?;
         let http = self
             .http
-            .get_or_init(build_client)
+            .get_or_init(|| build_client(Arc::clone(&self.policy)))
             .as_ref()
-            .map_err(|e| unavailable(e.clone()))?;
-        let response = http.request(request).await.map_err(|e| {
-            // The innermost cause says what happened (refused, TLS, DNS).
-            let mut message = e.to_string();
-            let mut source = std::error::Error::source(&e);
+            .ok_or(AdminError::Tls)?;
+        http.request(request).await.map_err(|error| {
+            if let Some(refused) = not_allowed_in(&error) {
+                tracing::debug!(%url, %refused, "target not allowed");
+                return AdminError::NotAllowed;
+            }
+            // The whole chain, for whoever debugs a real broker; never into the status.
+            let mut chain = error.to_string();
+            let mut source = std::error::Error::source(&error);
             while let Some(s) = source {
-                message = s.to_string();
+                chain.push_str(": ");
+                chain.push_str(&s.to_string());
                 source = s.source();
             }
-            unavailable(message)
-        })?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
-            .collect()
-            .await
-            .map_err(|e| unavailable(format!("reading the answer: {e}")))?
-            .to_bytes();
-        Ok((status, body))
+            tracing::debug!(%url, error = %chain, "the admin API cannot be read");
+            if error.is_connect() {
+                AdminError::Unreachable
+            } else {
+                AdminError::Broken
+            }
+        })
     }
 
     /// The backlog of the target's subscription. `partitioned` is what was learnt of the
@@ -343,48 +656,39 @@ impl AdminClient {
 
     async fn backlog_once(&self, target: &Target, partitioned: bool) -> Result<u64, AdminError> {
         let url = stats_url(&target.admin_url, &target.topic, partitioned);
-        let (status, body) = self.get(&url).await?;
-        let bad = |message: String| AdminError::BadResponse {
-            url: url.clone(),
-            message,
-        };
+        let response = self.send(&url).await?;
+        let status = response.status();
+        // The body of an error is never read: the connection is dropped with it.
         if status == StatusCode::NOT_FOUND {
             return Err(AdminError::TopicNotFound(target.topic_name()));
         }
         if status.is_server_error() {
-            return Err(AdminError::Unavailable {
-                url: url.clone(),
-                message: format!("HTTP {status}: {}", snippet(&body)),
-            });
+            return Err(AdminError::ServerError(status.as_u16()));
         }
         if !status.is_success() {
-            return Err(bad(format!("HTTP {status}: {}", snippet(&body))));
+            return Err(AdminError::UnexpectedStatus(status.as_u16()));
         }
-        let stats: Value =
-            serde_json::from_slice(&body).map_err(|e| bad(format!("not JSON: {e}")))?;
-        backlog_from_stats(&stats, &target.subscription)
-            .map_err(bad)?
-            .ok_or_else(|| AdminError::SubscriptionNotFound {
+        let announced = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let body = read_capped(response.into_body(), announced).await?;
+        backlog_from_stats(&body, &target.subscription)?.ok_or_else(|| {
+            AdminError::SubscriptionNotFound {
                 topic: target.topic_name(),
                 subscription: target.subscription.clone(),
-            })
-    }
-}
-
-/// The start of a body, for error messages.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    match text.char_indices().nth(200) {
-        Some((i, _)) => format!("{}...", &text[..i]),
-        None => text.to_owned(),
+            }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
     #[test]
     fn topics_in_every_form() {
@@ -441,94 +745,168 @@ mod tests {
     }
 
     #[test]
-    fn stats_urls_are_encoded() {
-        let topic = parse_topic("persistent://acme/orders/in #1").unwrap_or_else(|| panic!());
+    fn stats_urls_are_encoded_and_ask_for_little() {
+        let topic = parse_topic("persistent://acme/orders/in #1").unwrap();
         assert_eq!(
             stats_url("http://127.0.0.1:18080/", &topic, false),
-            "http://127.0.0.1:18080/admin/v2/persistent/acme/orders/in%20%231/stats"
+            "http://127.0.0.1:18080/admin/v2/persistent/acme/orders/in%20%231/stats\
+             ?excludePublishers=true&excludeConsumers=true"
         );
-        let topic = parse_topic("non-persistent://a/b/c").unwrap_or_else(|| panic!());
+        let topic = parse_topic("non-persistent://a/b/c").unwrap();
         assert_eq!(
             stats_url("https://h:8443", &topic, true),
-            "https://h:8443/admin/v2/non-persistent/a/b/c/partitioned-stats"
+            "https://h:8443/admin/v2/non-persistent/a/b/c/partitioned-stats\
+             ?excludePublishers=true&excludeConsumers=true&perPartition=false"
         );
         assert_eq!(encode_segment("a-b_c.d~e"), "a-b_c.d~e");
         assert_eq!(encode_segment("ä/?"), "%C3%A4%2F%3F");
+    }
+
+    fn parse(stats: &serde_json::Value, sub: &str) -> Result<Option<u64>, AdminError> {
+        backlog_from_stats(stats.to_string().as_bytes(), sub)
     }
 
     #[test]
     fn backlog_of_a_subscription() {
         let stats = json!({
             "msgRateIn": 0.0,
+            "publishers": [{"producerName": "p", "metadata": {"mine": {"msgBacklog": 1}}}],
             "subscriptions": {
-                "mine": {"msgBacklog": 20000, "type": "Shared"},
-                "other": {"msgBacklog": 5}
-            }
+                "other": {"msgBacklog": 5, "consumers": [{"msgBacklog": 9}]},
+                "mine": {"type": "Shared", "consumers": [], "msgBacklog": 20000},
+            },
+            "partitions": {}
         });
-        assert_eq!(backlog_from_stats(&stats, "mine"), Ok(Some(20_000)));
-        assert_eq!(backlog_from_stats(&stats, "missing"), Ok(None));
-        assert!(backlog_from_stats(&json!({"subscriptions": {"mine": {}}}), "mine").is_err());
-        assert!(backlog_from_stats(&json!({"reason": "x"}), "mine").is_err());
-        assert!(backlog_from_stats(&json!([1, 2]), "mine").is_err());
+        assert_eq!(parse(&stats, "mine"), Ok(Some(20_000)));
+        assert_eq!(parse(&stats, "other"), Ok(Some(5)));
+        assert_eq!(parse(&stats, "missing"), Ok(None));
+        assert_eq!(parse(&json!({"subscriptions": {}}), "mine"), Ok(None));
+        // Keys written with escapes are still keys.
+        let escaped = br#"{"subscriptions": {"m\u0069ne": {"msg\u0042acklog": 3}}}"#;
+        assert_eq!(backlog_from_stats(escaped, "mine"), Ok(Some(3)));
+    }
+
+    #[test]
+    fn what_is_not_a_stats_document() {
+        for bad in [
+            json!({"subscriptions": {"mine": {}}}),
+            json!({"subscriptions": {"mine": {"msgBacklog": -1}}}),
+            json!({"subscriptions": {"mine": {"msgBacklog": 1.5}}}),
+            json!({"subscriptions": {"mine": {"msgBacklog": "7"}}}),
+            json!({"subscriptions": {"mine": 7}}),
+            json!({"subscriptions": [1, 2]}),
+            json!({"reason": "x"}),
+            json!([1, 2]),
+            json!("subscriptions"),
+            json!(null),
+        ] {
+            assert_eq!(parse(&bad, "mine"), Err(AdminError::NotStats), "{bad}");
+        }
+        for bad in [
+            &b"<html>"[..],
+            b"",
+            b"{\"subscriptions\": {}",
+            b"{\"subscriptions\": {}} trailing",
+        ] {
+            assert_eq!(
+                backlog_from_stats(bad, "mine"),
+                Err(AdminError::NotStats),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // Nesting deeper than serde_json's limit is refused, not a stack overflow.
+        let deep = format!("{{\"x\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            backlog_from_stats(deep.as_bytes(), "mine"),
+            Err(AdminError::NotStats)
+        );
     }
 
     #[test]
     fn partitions_are_summed_when_only_they_are_given() {
         let stats = json!({
-            "subscriptions": {},
             "partitions": {
                 "persistent://public/default/t-partition-0": {"subscriptions": {"mine": {"msgBacklog": 3}}},
-                "persistent://public/default/t-partition-1": {"subscriptions": {"mine": {"msgBacklog": 4}}},
-                "persistent://public/default/t-partition-2": {"subscriptions": {}}
-            }
+                "persistent://public/default/t-partition-1": {"subscriptions": {"mine": {"msgBacklog": 4}, "x": {"msgBacklog": 100}}},
+                "persistent://public/default/t-partition-2": {"subscriptions": {}},
+                "persistent://public/default/t-partition-3": {"msgRateIn": 1.0}
+            },
+            "subscriptions": {},
         });
-        assert_eq!(backlog_from_stats(&stats, "mine"), Ok(Some(7)));
-        assert_eq!(backlog_from_stats(&stats, "missing"), Ok(None));
+        assert_eq!(parse(&stats, "mine"), Ok(Some(7)));
+        assert_eq!(parse(&stats, "missing"), Ok(None));
         // The broker's own sum wins when it is there.
         let summed = json!({
             "subscriptions": {"mine": {"msgBacklog": 7}},
             "partitions": {"p0": {"subscriptions": {"mine": {"msgBacklog": 3}}}}
         });
-        assert_eq!(backlog_from_stats(&summed, "mine"), Ok(Some(7)));
+        assert_eq!(parse(&summed, "mine"), Ok(Some(7)));
+        // Partitions inside a partition are not read.
+        let nested = json!({
+            "partitions": {"p0": {"subscriptions": {}, "partitions": {"q": {"subscriptions": {"mine": {"msgBacklog": 1}}}}}}
+        });
+        assert_eq!(parse(&nested, "mine"), Ok(None));
+        // A partition with the subscription but no msgBacklog: not stats.
+        let broken = json!({"partitions": {"p0": {"subscriptions": {"mine": {}}}}});
+        assert_eq!(parse(&broken, "mine"), Err(AdminError::NotStats));
+        // No partitions and no subscriptions: not stats.
+        assert_eq!(
+            parse(&json!({"partitions": {}}), "mine"),
+            Err(AdminError::NotStats)
+        );
     }
 
     #[test]
-    fn error_reasons() {
-        let u = AdminError::Unavailable {
-            url: "http://x:1/a".into(),
-            message: "Connection refused".into(),
-        };
-        assert_eq!(u.reason(), "AdminAPIUnavailable");
-        assert!(u.to_string().contains("http://x:1/a"));
-        assert_eq!(
-            AdminError::TopicNotFound("t".into()).reason(),
-            "TopicNotFound"
+    fn messages_are_fixed_and_reasons_stable() {
+        let cases = [
+            (AdminError::NotAllowed, "AdminTargetNotAllowed"),
+            (AdminError::Unreachable, "AdminAPIUnavailable"),
+            (AdminError::Timeout(5), "AdminAPIUnavailable"),
+            (AdminError::Broken, "AdminAPIUnavailable"),
+            (AdminError::ServerError(503), "AdminAPIUnavailable"),
+            (AdminError::Tls, "AdminAPIUnavailable"),
+            (AdminError::TopicNotFound("t".into()), "TopicNotFound"),
+            (
+                AdminError::SubscriptionNotFound {
+                    topic: "persistent://a/b/c".into(),
+                    subscription: "s".into(),
+                },
+                "SubscriptionNotFound",
+            ),
+            (AdminError::UnexpectedStatus(401), "InvalidAdminResponse"),
+            (AdminError::NotStats, "InvalidAdminResponse"),
+            (AdminError::TooLarge, "AdminResponseTooLarge"),
+        ];
+        for (e, reason) in cases {
+            assert_eq!(e.reason(), reason, "{e:?}");
+        }
+        assert!(
+            AdminError::NotAllowed
+                .to_string()
+                .contains("spec.autoscaling.adminUrl")
         );
-        let s = AdminError::SubscriptionNotFound {
-            topic: "persistent://a/b/c".into(),
-            subscription: "s".into(),
-        };
-        assert_eq!(s.reason(), "SubscriptionNotFound");
-        assert!(s.to_string().contains("no subscription s"));
-        assert_eq!(snippet(&[b'x'; 300]).len(), 203);
+        assert_eq!(
+            AdminError::ServerError(503).to_string(),
+            "the Pulsar admin API answered HTTP 503"
+        );
+        assert!(AdminError::TooLarge.to_string().contains("1024 KiB"));
     }
 
     /// A one-route-per-path HTTP server on 127.0.0.1 answering `(status, body)` for the
-    /// paths it knows and 404 otherwise; counts the requests.
-    async fn fake_admin(
-        routes: Vec<(&'static str, u16, String)>,
-    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    /// paths it knows (the query left out) and 404 otherwise; counts the connections.
+    async fn fake_admin(routes: Vec<(&'static str, u16, Vec<u8>)>) -> (String, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::new(AtomicUsize::new(0));
         let seen = count.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut conn, _)) = listener.accept().await else {
                     return;
                 };
-                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                seen.fetch_add(1, SeqCst);
                 let routes = routes.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
@@ -540,17 +918,19 @@ mod tests {
                         }
                     }
                     let head = String::from_utf8_lossy(&buf).to_string();
-                    let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    let target = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    let path = target.split('?').next().unwrap_or("").to_owned();
                     let (code, body) = routes
                         .iter()
                         .find(|(p, _, _)| *p == path)
                         .map(|(_, c, b)| (*c, b.clone()))
-                        .unwrap_or((404, r#"{"reason":"Topic not found"}"#.to_owned()));
-                    let response = format!(
-                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        .unwrap_or((404, br#"{"reason":"Topic not found"}"#.to_vec()));
+                    let head = format!(
+                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                         body.len()
                     );
-                    let _ = conn.write_all(response.as_bytes()).await;
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(&body).await;
                 });
             }
         });
@@ -565,25 +945,29 @@ mod tests {
         }
     }
 
+    /// A client that may connect to the fake admin API on loopback.
+    fn loopback_client() -> AdminClient {
+        AdminClient::new(TargetPolicy::new(
+            vec!["127.0.0.0/8".parse().unwrap()],
+            None,
+        ))
+    }
+
     #[tokio::test]
     async fn reads_the_backlog_over_http() {
         let stats = json!({"subscriptions": {"sub": {"msgBacklog": 42}}}).to_string();
         let (url, count) = fake_admin(vec![(
             "/admin/v2/persistent/public/default/t/stats",
             200,
-            stats,
+            stats.into_bytes(),
         )])
         .await;
-        let client = AdminClient::default();
+        let client = loopback_client();
         let mut partitioned = false;
         let b = client.backlog(&target(&url, "t"), &mut partitioned).await;
         assert_eq!(b, Ok(42));
         assert!(!partitioned);
-        assert_eq!(
-            count.load(std::sync::atomic::Ordering::SeqCst),
-            1,
-            "one request"
-        );
+        assert_eq!(count.load(SeqCst), 1, "one request");
     }
 
     #[tokio::test]
@@ -592,47 +976,61 @@ mod tests {
         let (url, count) = fake_admin(vec![(
             "/admin/v2/non-persistent/a/b/p/partitioned-stats",
             200,
-            stats,
+            stats.into_bytes(),
         )])
         .await;
-        let client = AdminClient::default();
+        let client = loopback_client();
         let t = target(&url, "non-persistent://a/b/p");
         let mut partitioned = false;
         assert_eq!(client.backlog(&t, &mut partitioned).await, Ok(7));
         assert!(partitioned);
-        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(count.load(SeqCst), 2);
         // Next time: one request.
         assert_eq!(client.backlog(&t, &mut partitioned).await, Ok(7));
-        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(count.load(SeqCst), 3);
     }
 
+    /// The marker an endpoint answers in the tests below: it must never be in a message.
+    const MARKER: &str = "SECRET-MARKER-7d1f";
+
     #[tokio::test]
-    async fn reports_why_it_cannot_read() {
+    async fn reports_why_it_cannot_read_without_the_answers_text() {
+        let marked = |s: &str| format!("{s} {MARKER}").into_bytes();
+        let huge = {
+            // An 8 MiB `[0,0,...]`, the answer that took the operator over its limit.
+            let mut b = b"[0".to_vec();
+            b.extend(std::iter::repeat_n(&b",0"[..], 4 << 20).flatten());
+            b.push(b']');
+            b
+        };
         let (url, _) = fake_admin(vec![
             (
                 "/admin/v2/persistent/public/default/nosub/stats",
                 200,
-                json!({"subscriptions": {"other": {"msgBacklog": 1}}}).to_string(),
+                json!({"subscriptions": {"other": {"msgBacklog": 1}}, "x": MARKER})
+                    .to_string()
+                    .into_bytes(),
             ),
             (
                 "/admin/v2/persistent/public/default/broken/stats",
-                500,
-                "boom".to_owned(),
+                503,
+                marked("boom"),
             ),
             (
                 "/admin/v2/persistent/public/default/denied/stats",
                 401,
-                "no".to_owned(),
+                marked("no"),
             ),
             (
                 "/admin/v2/persistent/public/default/html/stats",
                 200,
-                "<html>".to_owned(),
+                marked("<html>"),
             ),
+            ("/admin/v2/persistent/public/default/huge/stats", 200, huge),
         ])
         .await;
-        let client = AdminClient::default();
-        let reason = |topic: &'static str| {
+        let client = loopback_client();
+        let read = |topic: &'static str| {
             let client = &client;
             let url = url.clone();
             async move {
@@ -640,16 +1038,30 @@ mod tests {
                 client
                     .backlog(&target(&url, topic), &mut partitioned)
                     .await
-                    .map_err(|e| e.reason())
+                    .unwrap_err()
             }
         };
-        assert_eq!(reason("missing").await, Err("TopicNotFound"));
-        assert_eq!(reason("nosub").await, Err("SubscriptionNotFound"));
-        assert_eq!(reason("broken").await, Err("AdminAPIUnavailable"));
-        assert_eq!(reason("denied").await, Err("InvalidAdminResponse"));
-        assert_eq!(reason("html").await, Err("InvalidAdminResponse"));
+        let mut errors = Vec::new();
+        for (topic, reason) in [
+            ("missing", "TopicNotFound"),
+            ("nosub", "SubscriptionNotFound"),
+            ("broken", "AdminAPIUnavailable"),
+            ("denied", "InvalidAdminResponse"),
+            ("html", "InvalidAdminResponse"),
+            ("huge", "AdminResponseTooLarge"),
+        ] {
+            let e = read(topic).await;
+            assert_eq!(e.reason(), reason, "{topic}: {e}");
+            errors.push(e);
+        }
+        assert_eq!(errors[2], AdminError::ServerError(503));
+        assert_eq!(errors[3], AdminError::UnexpectedStatus(401));
+        assert_eq!(errors[5], AdminError::TooLarge);
+        for e in &errors {
+            assert!(!e.to_string().contains(MARKER), "{e}");
+        }
 
-        // Nothing listens.
+        // Nothing listens: unreachable, with no text of the connection error.
         let closed = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -662,7 +1074,69 @@ mod tests {
             )
             .await
             .unwrap_err();
-        assert_eq!(e.reason(), "AdminAPIUnavailable");
-        assert!(e.to_string().contains(&closed.to_string()), "{e}");
+        assert_eq!(e, AdminError::Unreachable);
+    }
+
+    #[tokio::test]
+    async fn a_huge_answer_without_a_length_is_cut_off() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Chunked, endless: reading stops at the cap.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&sent);
+        tokio::spawn(async move {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head).await;
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await;
+            let chunk = format!("{:x}\r\n{}\r\n", 64 << 10, "0".repeat(64 << 10));
+            while conn.write_all(chunk.as_bytes()).await.is_ok() {
+                counter.fetch_add(64 << 10, SeqCst);
+            }
+        });
+        let mut partitioned = false;
+        let e = loopback_client()
+            .backlog(&target(&url, "t"), &mut partitioned)
+            .await
+            .unwrap_err();
+        assert_eq!(e, AdminError::TooLarge);
+        // What the server got out before the connection was dropped: the cap and what the
+        // socket buffers held, not an endless stream.
+        assert!(
+            sent.load(SeqCst) < 16 * MAX_BODY_BYTES,
+            "{}",
+            sent.load(SeqCst)
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_targets_are_not_connected_to() {
+        let (url, count) = fake_admin(Vec::new()).await;
+        let port = url.rsplit_once(':').unwrap().1.to_owned();
+        let client = AdminClient::default();
+        for admin_url in [
+            url.clone(),
+            format!("http://localhost:{port}"),
+            // Names the resolver reads as IPv4 loopback (the schema admits them as names).
+            format!("http://127.1:{port}"),
+            format!("http://2130706433:{port}"),
+            format!("http://[::ffff:127.0.0.1]:{port}"),
+            format!("http://0.0.0.0:{port}"),
+            format!("http://kubernetes.default.svc:{port}"),
+        ] {
+            let mut partitioned = false;
+            let e = client
+                .backlog(&target(&admin_url, "t"), &mut partitioned)
+                .await
+                .unwrap_err();
+            assert_eq!(e, AdminError::NotAllowed, "{admin_url}");
+            assert_eq!(e.reason(), "AdminTargetNotAllowed");
+        }
+        assert_eq!(count.load(SeqCst), 0, "no connection reached the endpoint");
     }
 }

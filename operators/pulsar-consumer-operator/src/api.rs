@@ -17,10 +17,36 @@ pub const MAX_REPLICAS: i32 = 1000;
 /// `app.kubernetes.io/instance`, and label values are at most 63 characters.
 pub const MAX_NAME_LENGTH: usize = 63;
 
+/// A TCP port, 1 to 65535, without leading zeros, as a pattern piece (a pattern cannot be
+/// assembled from constants, only from literals: hence macros).
+macro_rules! port_pattern {
+    () => {
+        "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+    };
+}
+
+/// One host: a name, an IPv4 address or a bracketed IPv6 address.
+macro_rules! host_pattern {
+    () => {
+        r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
+    };
+}
+
+/// A TCP port, 1 to 65535 (part of [`SERVER_ADDRESS_PATTERN`] and [`ADMIN_URL_PATTERN`]).
+/// Before, the patterns took 1 to 99999: an object stored with such a port stays readable,
+/// and validation ratcheting lets it be updated as long as that field is left as it is.
+pub const PORT_PATTERN: &str = port_pattern!();
+
 /// `spec.serverAddress`: `pulsar://` or `pulsar+ssl://`, one host (name, IPv4 or bracketed
-/// IPv6) and a port from 1 to 99999 (the API server rejects anything else; the consumer
-/// checks the port range).
-pub const SERVER_ADDRESS_PATTERN: &str = r"^pulsar(\+ssl)?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[1-9][0-9]{0,4}$";
+/// IPv6) and a port from 1 to 65535 ([`PORT_PATTERN`]; the API server rejects anything
+/// else).
+pub const SERVER_ADDRESS_PATTERN: &str = concat!(
+    r"^pulsar(\+ssl)?://",
+    host_pattern!(),
+    ":",
+    port_pattern!(),
+    "$"
+);
 
 /// `spec.topic`: a short name (`my-topic`), `tenant/namespace/topic`, or the same with a
 /// `persistent://` or `non-persistent://` domain.
@@ -128,9 +154,37 @@ pub struct PulsarConsumerSpec {
 }
 
 /// `spec.autoscaling.adminUrl`: `http://` or `https://`, one host (name, IPv4 or bracketed
-/// IPv6), a port, and nothing after it but an optional `/`.
+/// IPv6), a port from 1 to 65535 ([`PORT_PATTERN`]), and nothing after it but an optional
+/// `/`.
 pub const ADMIN_URL_PATTERN: &str =
-    r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[1-9][0-9]{0,4}/?$";
+    concat!(r"^https?://", host_pattern!(), ":", port_pattern!(), "/?$");
+
+/// The `adminUrl` hosts the schema refuses outright: never a Pulsar broker, whatever the
+/// operator's options. IPv4 `0.x.x.x` (unspecified), `169.254.x.x` (link-local: the cloud
+/// metadata service), `224.x.x.x` and above (multicast, reserved, broadcast); IPv6 `[::]`
+/// and its other all-zero forms, `[fe80:...]` to `[febf:...]` (link-local) and
+/// `[ffxx:...]` (multicast); the API server's names (`kubernetes`, `kubernetes.default`,
+/// `kubernetes.default.svc[.<domain>]`) and `metadata.google.internal`. Loopback is left to
+/// the operator, whose administrator may allow it (a development broker on the node); the
+/// operator also checks what names resolve to and the IPv4-mapped IPv6 forms.
+macro_rules! unsafe_admin_host_pattern {
+    () => {
+        r"^https?://((0|22[4-9]|2[3-5][0-9])(\.[0-9]{1,3}){3}|169\.254(\.[0-9]{1,3}){2}|\[[0:]+\]|\[[fF][eE][89aAbB][0-9a-fA-F]:[0-9A-Fa-f:.]*\]|\[[fF][fF][0-9a-fA-F]{2}:[0-9A-Fa-f:.]*\]|(?i:kubernetes(\.default(\.svc(\.[a-z0-9.-]*)?)?)?|metadata\.google\.internal)):"
+    };
+}
+
+/// The `adminUrl` values [`UNSAFE_ADMIN_HOST_RULE`] refuses (RE2, as CEL's `matches` runs
+/// it).
+pub const UNSAFE_ADMIN_HOST_PATTERN: &str = unsafe_admin_host_pattern!();
+
+/// The CEL rule of `spec.autoscaling.adminUrl` refusing [`UNSAFE_ADMIN_HOST_PATTERN`] (a CEL
+/// raw string: no escaping). A field-level rule, so validation ratcheting keeps an object
+/// stored before it updatable while its `adminUrl` stays as it is.
+pub const UNSAFE_ADMIN_HOST_RULE: &str =
+    concat!("!self.matches(r'", unsafe_admin_host_pattern!(), "')");
+
+/// The message of [`UNSAFE_ADMIN_HOST_RULE`].
+pub const UNSAFE_ADMIN_HOST_MESSAGE: &str = "spec.autoscaling.adminUrl must not point at an unspecified, link-local (cloud metadata), multicast or broadcast address, nor at the Kubernetes API server";
 
 /// Backlog-based autoscaling of the consumers.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
@@ -161,13 +215,21 @@ pub struct Autoscaling {
     /// Default: the host of `serverAddress` with Pulsar's standard web service port,
     /// `http://<host>:8080` for `pulsar://` and `https://<host>:8443` for `pulsar+ssl://`.
     /// The operator reads `GET <adminUrl>/admin/v2/<persistent|non-persistent>/<tenant>/<namespace>/<topic>/stats`
-    /// (`/partitioned-stats` for a partitioned topic) without credentials.
+    /// (`/partitioned-stats` for a partitioned topic) without credentials. It does not
+    /// connect to loopback, link-local (cloud metadata), unspecified, multicast or broadcast
+    /// addresses, nor to the Kubernetes API server, unless its administrator allows them
+    /// (`ScalingActive=False` with reason `AdminTargetNotAllowed` otherwise); the
+    /// link-local, unspecified, multicast and broadcast addresses and the API server's names
+    /// are refused here already.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256), pattern(ADMIN_URL_PATTERN))]
+    #[x_kube(validation = Rule::new(UNSAFE_ADMIN_HOST_RULE).message(UNSAFE_ADMIN_HOST_MESSAGE))]
     pub admin_url: Option<String>,
 
-    /// Seconds between two reads of the backlog, 1 to 3600 (default 15). A failed read is
-    /// retried with backoff (doubling up to 2 minutes) and leaves the replicas as they are.
+    /// Seconds between two reads of the backlog, 1 to 3600 (default 15). The operator reads
+    /// no more often than its floor (5 seconds unless its administrator set another). A
+    /// failed read is retried with backoff (doubling up to 2 minutes) and leaves the
+    /// replicas as they are.
     #[serde(default = "default_poll_interval_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub poll_interval_seconds: i32,
@@ -325,12 +387,22 @@ mod tests {
                 "pulsar+ssl://broker.pulsar.svc.cluster.local:6651",
                 "pulsar://10.0.0.7:6650",
                 "pulsar://[::1]:6650",
+                "pulsar://h:1",
+                "pulsar://h:9",
+                "pulsar://h:65535",
+                "pulsar://h:65529",
+                "pulsar://h:64999",
+                "pulsar://h:59999",
             ],
             &[
                 "http://x:1",
                 "pulsar://localhost",
                 "pulsar://localhost:",
                 "pulsar://localhost:0",
+                "pulsar://localhost:06650",
+                "pulsar://localhost:65536",
+                "pulsar://localhost:70000",
+                "pulsar://localhost:99999",
                 "pulsar://localhost:123456",
                 "pulsar://a,b:6650",
                 "pulsar://user@host:6650",
@@ -442,14 +514,69 @@ mod tests {
                 "http://pulsar-broker.pulsar:8080",
                 "https://10.0.0.7:8443/",
                 "http://[::1]:18080",
+                "http://broker:65535",
             ],
             &[
                 "http://broker",
+                "http://broker:0",
+                "http://broker:65536",
+                "http://broker:99999",
                 "ftp://broker:21",
                 "http://broker:8080/admin",
                 "http://user@broker:8080",
                 "",
             ],
+        );
+        // Hosts refused outright, and their neighbours that are not.
+        check(
+            UNSAFE_ADMIN_HOST_PATTERN,
+            &[
+                "http://0.0.0.0:8080",
+                "http://169.254.169.254:80",
+                "https://169.254.0.1:443/",
+                "http://224.0.0.1:8080",
+                "http://255.255.255.255:8080",
+                "http://[::]:8080",
+                "http://[0:0:0:0:0:0:0:0]:8080",
+                "http://[fe80::1]:8080",
+                "http://[FEBF::1]:8080",
+                "http://[ff02::1]:8080",
+                "http://kubernetes:443",
+                "https://kubernetes.default:443",
+                "https://Kubernetes.Default.svc:443",
+                "https://kubernetes.default.svc.cluster.local:443",
+                "http://metadata.google.internal:80",
+            ],
+            &[
+                "http://127.0.0.1:18080",
+                "http://[::1]:18080",
+                "http://10.96.0.1:443",
+                "http://100.64.0.1:8080",
+                "http://223.255.0.1:8080",
+                "http://169.25.0.1:8080",
+                "http://0broker:8080",
+                "http://kubernetes-broker:8080",
+                "http://kubernetes.pulsar:8080",
+                "http://pulsar-broker.pulsar.svc:8080",
+                "http://[fd00::1]:8080",
+                "http://[fe7f::1]:8080",
+                "http://[ff2::1]:8080",
+            ],
+        );
+        assert_eq!(
+            UNSAFE_ADMIN_HOST_RULE,
+            format!("!self.matches(r'{UNSAFE_ADMIN_HOST_PATTERN}')")
+        );
+        let admin_url = &props["adminUrl"];
+        assert_eq!(
+            admin_url["x-kubernetes-validations"][0]["rule"],
+            UNSAFE_ADMIN_HOST_RULE
+        );
+        assert!(
+            admin_url["x-kubernetes-validations"][0]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("spec.autoscaling.adminUrl ")
         );
         // The defaults of a minimal spec, as the API server fills them in.
         let a: Autoscaling = serde_json::from_value(serde_json::json!({

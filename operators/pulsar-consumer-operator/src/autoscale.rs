@@ -118,15 +118,100 @@ pub struct ScaleEvent {
     pub to: i32,
 }
 
+/// Most entries the stabilisation window keeps per PulsarConsumer ([`Window`]).
+pub const MAX_WINDOW_ENTRIES: usize = 16;
+/// Most scale events kept per PulsarConsumer for the step limits.
+pub const MAX_SCALE_EVENTS: usize = 32;
+
+/// The recommendations of the stabilisation window, kept as a sliding-window maximum: the
+/// window's highest recommendation is all a decision needs, so a recommendation that is
+/// not above a newer one can never matter again (the newer one stays in the window longer)
+/// and is dropped. What is left has reading times rising and recommendations strictly
+/// falling from the oldest to the newest: at most one entry per distinct count, and at most
+/// [`MAX_WINDOW_ENTRIES`], whatever the poll interval and the window (3,600 readings of a
+/// 1-hour window at 1 s took 3,600 entries before). Past that bound the two entries closest
+/// in time are merged into the higher count at the later time: the merged count is held a
+/// little longer, never dropped sooner, so a scale-down can only come later, not earlier.
+///
+/// Recording is idempotent (the same reading twice leaves one entry), so the poller and
+/// the reconcile may both record a reading.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Window {
+    entries: VecDeque<(i64, i32)>,
+}
+
+impl Window {
+    /// Records `recommendation`, wanted at `at`.
+    pub fn record(&mut self, at: i64, recommendation: i32) {
+        let mut at = at;
+        while let Some(&(newer_at, r)) = self.entries.back() {
+            if r > recommendation {
+                // Kept; times stay in order (a reading recorded late counts from the
+                // newer time: held longer, never shorter).
+                at = at.max(newer_at);
+                break;
+            }
+            at = at.max(newer_at);
+            self.entries.pop_back();
+        }
+        self.entries.push_back((at, recommendation));
+        if self.entries.len() > MAX_WINDOW_ENTRIES {
+            self.merge_closest();
+        }
+    }
+
+    /// Merges the two neighbours closest in time into the older's (higher) count at the
+    /// newer's time.
+    fn merge_closest(&mut self) {
+        let closest = (1..self.entries.len())
+            .min_by_key(|&i| self.entries[i].0.saturating_sub(self.entries[i - 1].0));
+        if let Some(i) = closest {
+            let higher = self.entries[i - 1].1;
+            self.entries[i].1 = higher;
+            self.entries.remove(i - 1);
+        }
+    }
+
+    /// Forgets what left the window (`window` seconds before `now`).
+    pub fn expire(&mut self, now: i64, window: i64) {
+        while self
+            .entries
+            .front()
+            .is_some_and(|(at, _)| *at <= now.saturating_sub(window))
+        {
+            self.entries.pop_front();
+        }
+    }
+
+    /// The highest recommendation wanted after `since`.
+    #[must_use]
+    pub fn highest_after(&self, since: i64) -> Option<i32> {
+        self.entries
+            .iter()
+            .filter(|(at, _)| *at > since)
+            .map(|(_, r)| *r)
+            .max()
+    }
+
+    /// The entries, oldest first (for tests and logs).
+    #[must_use]
+    pub fn entries(&self) -> Vec<(i64, i32)> {
+        self.entries.iter().copied().collect()
+    }
+}
+
 /// What the autoscaler remembers of one PulsarConsumer (in memory; it starts afresh when
-/// the operator restarts).
+/// the operator restarts). Bounded: at most [`MAX_WINDOW_ENTRIES`] recommendations and
+/// [`MAX_SCALE_EVENTS`] scale events, about 1 KiB.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
     /// The count last decided in this process (the caller keeps it: the status in the cache
     /// may lag behind its own writes).
     pub replicas: Option<i32>,
-    /// Recommendations by reading time, oldest first, within the window.
-    recommendations: VecDeque<(i64, i32)>,
+    /// Whether the window has started (the first reading after a (re)start was decided on).
+    started: bool,
+    /// The recommendations within the window.
+    window: Window,
     /// Scale events, oldest first, within the longest step period.
     events: VecDeque<ScaleEvent>,
 }
@@ -135,7 +220,14 @@ impl History {
     /// The recommendations it holds, oldest first (for tests and logs).
     #[must_use]
     pub fn recommendations(&self) -> Vec<(i64, i32)> {
-        self.recommendations.iter().copied().collect()
+        self.window.entries()
+    }
+
+    /// Records the recommendation of a reading (the poller does, for every reading, so the
+    /// window sees each one even when it causes no reconcile).
+    pub fn record_reading(&mut self, policy: &Policy, reading: Reading) {
+        let (recommendation, _) = recommend(policy, reading.backlog);
+        self.window.record(reading.at, recommendation);
     }
 }
 
@@ -179,8 +271,8 @@ pub struct Reading {
 }
 
 /// How many replicas to run now, `current` running (as last decided), given the latest
-/// `reading` (`None`: the backlog cannot be read) at `now`. Records the recommendation (once
-/// per reading) and the scale event, if any, in `history`.
+/// `reading` (`None`: the backlog cannot be read) at `now`. Records the recommendation and the
+/// scale event, if any, in `history`.
 #[must_use]
 pub fn decide(
     policy: &Policy,
@@ -208,37 +300,16 @@ pub fn decide(
     };
     let (recommendation, limit) = recommend(policy, reading.backlog);
 
-    // The window starts with the first reading: what runs counts as wanted then. One
-    // entry per reading (reconciles that see the same reading again add nothing).
-    if history.recommendations.is_empty() {
-        history
-            .recommendations
-            .push_back((reading.at, recommendation.max(current)));
-    } else if history
-        .recommendations
-        .back()
-        .is_some_and(|(at, _)| *at < reading.at)
-    {
-        history
-            .recommendations
-            .push_back((reading.at, recommendation));
+    // The window starts with the first reading: what runs counts as wanted then.
+    if !history.started {
+        history.window.record(reading.at, current);
+        history.started = true;
     }
-    // Forget what left the window, but keep the newest entry (it tells a reading already
-    // recorded from a new one, and that the window has started).
-    while history
-        .recommendations
-        .front()
-        .is_some_and(|(at, _)| *at <= now - policy.window)
-        && history.recommendations.len() > 1
-    {
-        history.recommendations.pop_front();
-    }
+    history.window.record(reading.at, recommendation);
+    history.window.expire(now, policy.window);
     let highest_in_window = history
-        .recommendations
-        .iter()
-        .filter(|(at, _)| *at > now - policy.window)
-        .map(|(_, r)| *r)
-        .max()
+        .window
+        .highest_after(now.saturating_sub(policy.window))
         .unwrap_or(recommendation)
         .max(recommendation);
 
@@ -296,6 +367,15 @@ fn step_limit(policy: &Policy, history: &History, current: i32, wanted: i32, now
 fn record_scale(policy: &Policy, history: &mut History, from: i32, to: i32, now: i64) {
     if from != to {
         history.events.push_back(ScaleEvent { at: now, from, to });
+        if history.events.len() > MAX_SCALE_EVENTS {
+            // The two oldest become one: the start of a period keeps the older count (the
+            // step limit counts from it a little longer: slower, never faster).
+            if let Some(oldest) = history.events.pop_front()
+                && let Some(next) = history.events.front_mut()
+            {
+                next.from = oldest.from;
+            }
+        }
     }
     let longest = [policy.up, policy.down]
         .iter()
@@ -514,6 +594,163 @@ mod tests {
         assert_eq!(h.recommendations(), [(0, 2)]);
         let _ = decide(&p, &mut h, 2, reading(15, 100), 15);
         assert_eq!(h.recommendations(), [(0, 2), (15, 1)]);
+    }
+
+    /// A small deterministic pseudo-random sequence (no dependency for it).
+    fn lcg(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        *seed >> 33
+    }
+
+    /// The stabilisation as it was before the window was bounded: every reading kept.
+    fn naive(p: &Policy, mut current: i32, readings: &[(i64, u64)]) -> Vec<i32> {
+        let mut kept: Vec<(i64, i32)> = Vec::new();
+        readings
+            .iter()
+            .map(|&(at, backlog)| {
+                let (rec, _) = recommend(p, backlog);
+                kept.push((
+                    at,
+                    if kept.is_empty() {
+                        rec.max(current)
+                    } else {
+                        rec
+                    },
+                ));
+                let highest = kept
+                    .iter()
+                    .filter(|(t, _)| *t > at - p.window)
+                    .map(|(_, r)| *r)
+                    .max()
+                    .unwrap_or(rec)
+                    .max(rec);
+                current = if rec > current {
+                    rec
+                } else if highest < current {
+                    highest
+                } else {
+                    current
+                };
+                current = current.clamp(p.min, p.max);
+                current
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_bounded_window_decides_as_keeping_every_reading() {
+        // Up to 11 distinct counts: within the bound, so exactly the same decisions.
+        let mut seed = 7;
+        for window in [0, 1, 5, 30, 300] {
+            let p = policy(0, 10, 100, window);
+            let mut at = 0;
+            let readings: Vec<(i64, u64)> = (0..2000)
+                .map(|_| {
+                    at += 1 + (lcg(&mut seed) % 4) as i64;
+                    (at, lcg(&mut seed) % 1100)
+                })
+                .collect();
+            assert_eq!(
+                run(&p, 3, &readings),
+                naive(&p, 3, &readings),
+                "window {window}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_window_is_bounded_and_never_scales_down_sooner() {
+        // A 1-hour window polled every second with a count falling by one each time (the
+        // worst case: every reading is a new maximum of what follows it).
+        let p = policy(0, 1000, 1, 3600);
+        let readings: Vec<(i64, u64)> = (0..3600).map(|t| (t, 1000 - (t as u64 % 1000))).collect();
+        let mut h = History::default();
+        let mut current = 1000;
+        let exact = naive(&p, 1000, &readings);
+        for (i, &(at, backlog)) in readings.iter().enumerate() {
+            current = decide(&p, &mut h, current, reading(at, backlog), at).replicas;
+            assert!(h.recommendations().len() <= MAX_WINDOW_ENTRIES);
+            assert!(current >= exact[i], "at {at}: {current} < {}", exact[i]);
+        }
+        // A rising count keeps one entry.
+        let mut w = Window::default();
+        for t in 0..3600 {
+            w.record(t, i32::try_from(t).unwrap_or(0));
+        }
+        assert_eq!(w.entries(), [(3599, 3599)]);
+    }
+
+    #[test]
+    fn a_reading_recorded_twice_or_late_counts_once() {
+        let mut w = Window::default();
+        w.record(10, 5);
+        w.record(10, 5);
+        assert_eq!(w.entries(), [(10, 5)]);
+        w.record(20, 3);
+        // A reading recorded after a newer one: held from the newer time.
+        w.record(15, 4);
+        assert_eq!(w.entries(), [(10, 5), (20, 4)]);
+        w.record(12, 9);
+        assert_eq!(w.entries(), [(20, 9)]);
+        // In the window while it is younger than the window, then gone.
+        w.expire(79, 60);
+        assert_eq!((w.entries(), w.highest_after(19)), (vec![(20, 9)], Some(9)));
+        w.expire(80, 60);
+        assert!(w.entries().is_empty());
+    }
+
+    #[test]
+    fn the_poller_and_the_reconcile_record_the_same_reading() {
+        let p = policy(0, 10, 100, 60);
+        let mut h = History::default();
+        // The poller records a reading before the first decision: the window still starts
+        // with what runs.
+        h.record_reading(
+            &p,
+            Reading {
+                at: 0,
+                backlog: 100,
+            },
+        );
+        let d = decide(&p, &mut h, 6, reading(0, 100), 0);
+        assert_eq!((d.replicas, d.why), (6, Why::Stabilizing));
+        h.record_reading(
+            &p,
+            Reading {
+                at: 30,
+                backlog: 300,
+            },
+        );
+        assert_eq!(decide(&p, &mut h, 6, reading(30, 300), 30).replicas, 6);
+        // The poller alone saw a reading of 5 at t=45: it holds the count at 5 until t=105.
+        h.record_reading(
+            &p,
+            Reading {
+                at: 45,
+                backlog: 500,
+            },
+        );
+        assert_eq!(decide(&p, &mut h, 6, reading(60, 0), 60).replicas, 5);
+        assert_eq!(decide(&p, &mut h, 5, reading(104, 0), 104).replicas, 5);
+        assert_eq!(decide(&p, &mut h, 5, reading(105, 0), 105).replicas, 0);
+    }
+
+    #[test]
+    fn scale_events_are_bounded() {
+        let mut p = policy(0, 100, 1, 0);
+        p.up = Some((100, 1800));
+        p.down = Some((100, 1800));
+        let mut h = History::default();
+        let mut current = 0;
+        for t in 0..1000 {
+            let backlog = if t % 2 == 0 { 50 } else { 0 };
+            current = decide(&p, &mut h, current, reading(t, backlog), t).replicas;
+        }
+        assert!(h.events.len() <= MAX_SCALE_EVENTS, "{}", h.events.len());
+        // The oldest event's start is kept: the period still counts from 0.
+        assert_eq!(h.events.front().map(|e| e.from), Some(0));
     }
 
     #[test]

@@ -8,19 +8,25 @@
 //! changed, with an event per announced transition ([`status::ANNOUNCED`]).
 //!
 //! Autoscaling (`spec.autoscaling`): a [`poll`] task per object reads the subscription's
-//! backlog from the Pulsar [`admin`] API every `pollIntervalSeconds` and triggers a
-//! reconcile -> [`autoscale::decide`] turns the latest reading into a replica count (pure:
+//! backlog from the Pulsar [`admin`] API every `pollIntervalSeconds` (not more often than
+//! the operator's floor) and triggers a reconcile when a reading matters ->
+//! [`autoscale::decide`] turns the latest reading into a replica count (pure:
 //! clamp, stabilisation window, step limits) -> that count goes into the Deployment, and
 //! `status.backlog`, `desiredReplicas`, `lastScaleTime`, `ScalingActive` and
-//! `ScalingLimited` describe it.
+//! `ScalingLimited` describe it. The admin API is a tenant's endpoint: [`target`] decides
+//! where the operator connects, [`options`] what its administrator allows beyond that.
+//! [`metrics`] puts the backlog and the counts on `/metrics`.
 
 pub mod admin;
 pub mod api;
 pub mod autoscale;
 pub mod desired;
+pub mod metrics;
+pub mod options;
 pub mod poll;
 pub mod reconcile;
 pub mod status;
+pub mod target;
 
 #[cfg(test)]
 mod fixtures;

@@ -4,9 +4,24 @@
 //! broker (a dead admin API would hold one of the `--max-concurrent-reconciles` slots for
 //! the whole request timeout, and every other object would wait). Here the reconcile only
 //! reads the latest observation from memory; the task asks the admin API once per
-//! `pollIntervalSeconds` (5-second timeout, backoff doubling up to 2 minutes while it
-//! fails), keeps what it got, and asks the controller to reconcile the object (the
-//! `reconcile_on` trigger stream). No task runs for an object without autoscaling.
+//! `pollIntervalSeconds` (at least the operator's floor, [`Options::min_poll_interval`];
+//! 5-second timeout; backoff doubling up to 2 minutes while it fails) and keeps what it got.
+//! No task runs for an object without autoscaling.
+//!
+//! What one tenant's objects can cost the operator is bounded:
+//! - reads in flight: at most [`Options::max_concurrent_polls`] for all objects together
+//!   and a quarter of that for one namespace (semaphores; a read waits for a slot before
+//!   its timeout starts), so a namespace whose endpoints hang holds a few slots, not all;
+//! - memory: one read holds at most [`crate::admin::MAX_BODY_BYTES`] of answer, so all
+//!   reads together hold at most that times the cap (about 13 MiB with the defaults);
+//! - reconciles and status writes: a read asks the controller for a reconcile only when it
+//!   matters ([`worth_a_reconcile`]): the first read, a change of the replicas the
+//!   autoscaler would now decide or of `ScalingLimited`, a backlog that drains (reaches 0)
+//!   or fills again, a read that fails for another reason or works again; a backlog that
+//!   only moves is written to `status.backlog` at most every [`BACKLOG_REFRESH`]
+//!   (whatever else reconciles the object writes the latest one too). Before, every read
+//!   cost a reconcile and usually a status write, on the one thread that also renews the
+//!   leader lease.
 //!
 //! A task ends when its object is gone or no longer autoscaled (it checks the cache of
 //! PulsarConsumers before each read), when its settings change (the reconcile replaces it),
@@ -24,18 +39,24 @@ use std::{
 use futures::Stream;
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 use shared::namespaces::ScopedStores;
-use tokio::sync::broadcast;
+use tokio::sync::{Semaphore, broadcast};
 
 use crate::{
     PulsarConsumer,
     admin::{AdminClient, AdminError, Target},
-    autoscale::History,
+    autoscale::{self, History, Limit, Policy, Reading},
+    options::Options,
 };
 
-/// How long one read of the admin API may take, connection included.
+/// How long one read of the admin API may take, connection and answer included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest wait between two reads while they fail.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(120);
+/// How often, at most, a backlog that only moves (same replicas, same conditions) is
+/// written to `status.backlog`: a status write costs the API server and the operator's
+/// one thread; the number is for people, and 30 s is what they see of a HorizontalPodAutoscaler's
+/// metrics too (15 s sync, 30 s scrape).
+pub const BACKLOG_REFRESH: Duration = Duration::from_secs(30);
 
 /// What one read of the backlog gave.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +90,60 @@ pub fn next_wait(interval: Duration, failures: u32) -> Duration {
         .min(MAX_BACKOFF.max(interval))
 }
 
+/// What a read told the controller (by asking for a reconcile), to tell what is new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Told {
+    /// When (seconds).
+    pub at: i64,
+    /// `None`: the backlog was read; else why not (the `ScalingActive` reason).
+    pub failure: Option<&'static str>,
+    /// The backlog read, if it was.
+    pub backlog: Option<u64>,
+    /// `ScalingLimited` as the autoscaler would now decide it (after a read).
+    pub limit: Option<Limit>,
+}
+
+/// Whether a read (`now`) is worth a reconcile, given what the last one that asked for a
+/// reconcile told (`last`) and whether the autoscaler would now change the replicas: the
+/// first read; another replica count; another `ScalingLimited`; a failure for another
+/// reason, or a read working again; a backlog that drained (reached 0) or stopped being
+/// drained; a backlog that moved otherwise, once [`BACKLOG_REFRESH`] has passed since.
+///
+/// Whatever this answers, an object costs at most one reconcile per read, and reads come
+/// no more often than the operator's floor.
+#[must_use]
+pub fn worth_a_reconcile(last: Option<&Told>, now: &Told, replicas_change: bool) -> bool {
+    let Some(last) = last else {
+        return true;
+    };
+    let refresh = i64::try_from(BACKLOG_REFRESH.as_secs()).unwrap_or(i64::MAX);
+    let drained = |t: &Told| t.backlog == Some(0);
+    replicas_change
+        || last.failure != now.failure
+        || last.limit != now.limit
+        || drained(last) != drained(now)
+        || (last.backlog != now.backlog && now.at.saturating_sub(last.at) >= refresh)
+}
+
+/// Records a successful reading in `history` (the window must see every reading, also
+/// those that cause no reconcile) and returns `ScalingLimited` and whether the replicas
+/// would change if the autoscaler decided now (a dry run on a copy of the history; the
+/// reconcile decides for real). With no decision made yet in this process, a change.
+fn dry_run(history: &mut History, policy: &Policy, reading: Reading) -> (Limit, bool) {
+    history.record_reading(policy, reading);
+    let Some(current) = history.replicas else {
+        return (autoscale::recommend(policy, reading.backlog).1, true);
+    };
+    let decision = autoscale::decide(
+        policy,
+        &mut history.clone(),
+        current,
+        Some(reading),
+        reading.at,
+    );
+    (decision.limit, decision.replicas != current)
+}
+
 struct Task {
     id: u64,
     uid: String,
@@ -86,6 +161,56 @@ struct Inner {
     /// under the same name starts afresh). Forgotten with the poller.
     histories: Mutex<HashMap<String, History>>,
     next_id: AtomicU64,
+    /// Reads in flight, all objects together.
+    reads: Semaphore,
+    /// Reads in flight per namespace; an entry lives while a read of its namespace waits
+    /// or runs (removed by the last one).
+    namespace_reads: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Slots of [`Self::namespace_reads`] per namespace.
+    per_namespace: usize,
+}
+
+impl Inner {
+    /// One read of `target` for an object of `namespace`, within the caps on reads in
+    /// flight and the timeout (which starts once a slot is held).
+    async fn read(
+        &self,
+        namespace: &str,
+        target: &Target,
+        partitioned: &mut bool,
+    ) -> Result<u64, AdminError> {
+        let slots = self.namespace_slots(namespace);
+        let result = {
+            let _in_namespace = slots.acquire().await;
+            let _in_all = self.reads.acquire().await;
+            tokio::time::timeout(REQUEST_TIMEOUT, self.admin.backlog(target, partitioned))
+                .await
+                .unwrap_or(Err(AdminError::Timeout(REQUEST_TIMEOUT.as_secs())))
+        };
+        self.release_namespace_slots(namespace, slots);
+        result
+    }
+
+    fn namespace_slots(&self, namespace: &str) -> Arc<Semaphore> {
+        let Ok(mut all) = self.namespace_reads.lock() else {
+            return Arc::new(Semaphore::new(self.per_namespace));
+        };
+        Arc::clone(
+            all.entry(namespace.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_namespace))),
+        )
+    }
+
+    /// Drops the namespace's entry when no other read of it holds one.
+    fn release_namespace_slots(&self, namespace: &str, slots: Arc<Semaphore>) {
+        if let Ok(mut all) = self.namespace_reads.lock()
+            && all
+                .get(namespace)
+                .is_some_and(|s| Arc::ptr_eq(s, &slots) && Arc::strong_count(s) == 2)
+        {
+            all.remove(namespace);
+        }
+    }
 }
 
 /// The backlog pollers of the operator.
@@ -105,27 +230,29 @@ impl std::fmt::Debug for Pollers {
 
 impl Default for Pollers {
     fn default() -> Self {
-        Self::new()
+        Self::new(&Options::default())
     }
 }
 
 impl Pollers {
-    /// No task yet.
+    /// No task yet; reads as `options` allow.
     #[must_use]
-    pub fn new() -> Self {
+    pub fn new(options: &Options) -> Self {
         let (trigger, _) = broadcast::channel(1024);
         Self {
             inner: Arc::new(Inner {
-                admin: AdminClient::default(),
+                admin: AdminClient::new(options.targets.clone()),
                 trigger,
                 tasks: Mutex::new(HashMap::new()),
                 consumers: ScopedStores::default(),
                 histories: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
+                reads: Semaphore::new(options.max_concurrent_polls.max(1)),
+                namespace_reads: Mutex::new(HashMap::new()),
+                per_namespace: options.max_concurrent_polls_per_namespace(),
             }),
         }
     }
-
     /// The PulsarConsumer caches the tasks check their object in (filled by the controller).
     #[must_use]
     pub fn consumers(&self) -> &ScopedStores<PulsarConsumer> {
@@ -238,19 +365,18 @@ impl Pollers {
     }
 }
 
-/// Whether the object with `uid` is still in the cache with autoscaling.
-fn still_wanted(inner: &Inner, key: &ObjectRef<PulsarConsumer>, uid: &str) -> bool {
-    let Some(ns) = key.namespace.as_deref() else {
-        return false;
-    };
-    inner.consumers.find(ns, &key.name).is_some_and(|pc| {
-        pc.uid().as_deref() == Some(uid)
-            && pc.spec.autoscaling.is_some()
-            && pc.metadata.deletion_timestamp.is_none()
-    })
+/// The object with `uid` from the cache, while it is there with autoscaling: its policy.
+fn still_wanted(inner: &Inner, key: &ObjectRef<PulsarConsumer>, uid: &str) -> Option<Policy> {
+    let ns = key.namespace.as_deref()?;
+    let pc = inner.consumers.find(ns, &key.name)?;
+    if pc.uid().as_deref() != Some(uid) || pc.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    pc.spec.autoscaling.as_ref().map(Policy::from_spec)
 }
 
-/// The task: read, keep, trigger, wait; until the object is gone or no one listens.
+/// The task: read, keep, tell the controller when it matters, wait; until the object is
+/// gone or no one listens.
 async fn run(
     inner: Arc<Inner>,
     key: ObjectRef<PulsarConsumer>,
@@ -261,27 +387,25 @@ async fn run(
 ) {
     let mut partitioned = false;
     let mut failures = 0u32;
+    let mut told: Option<Told> = None;
     let object = key.to_string();
+    let namespace = key.namespace.clone().unwrap_or_default();
     loop {
-        if !still_wanted(&inner, &key, &uid) {
+        let Some(policy) = still_wanted(&inner, &key, &uid) else {
             tracing::debug!(%object, "autoscaling ended; backlog poller stops");
             if let Ok(mut h) = inner.histories.lock() {
                 h.remove(&uid);
             }
             break;
-        }
-        let result = match tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            inner.admin.backlog(&settings.target, &mut partitioned),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(AdminError::Unavailable {
-                url: settings.target.admin_url.clone(),
-                message: format!("no answer within {}s", REQUEST_TIMEOUT.as_secs()),
-            }),
         };
+        if inner.trigger.receiver_count() == 0 {
+            tracing::debug!(%object, "no controller listens; backlog poller stops");
+            break;
+        }
+        let result = inner
+            .read(&namespace, &settings.target, &mut partitioned)
+            .await;
+        // The errors' texts are fixed (no text of the answer): fine at warn level.
         match &result {
             Ok(backlog) => {
                 if failures > 0 {
@@ -300,12 +424,36 @@ async fn run(
             }
         }
         let at = jiff::Timestamp::now().as_second();
+        let (limit, replicas_change) = match &result {
+            Ok(backlog) => {
+                let reading = Reading {
+                    at,
+                    backlog: *backlog,
+                };
+                inner
+                    .histories
+                    .lock()
+                    .ok()
+                    .map(|mut h| dry_run(h.entry(uid.clone()).or_default(), &policy, reading))
+                    .map_or((None, true), |(limit, change)| (Some(limit), change))
+            }
+            Err(_) => (None, false),
+        };
+        let now = Told {
+            at,
+            failure: result.as_ref().err().map(AdminError::reason),
+            backlog: result.as_ref().ok().copied(),
+            limit,
+        };
         if let Ok(mut l) = latest.lock() {
             *l = Some(Observation { at, result });
         }
-        if inner.trigger.send(key.clone()).is_err() {
-            tracing::debug!(%object, "no controller listens; backlog poller stops");
-            break;
+        if worth_a_reconcile(told.as_ref(), &now, replicas_change) {
+            told = Some(now);
+            if inner.trigger.send(key.clone()).is_err() {
+                tracing::debug!(%object, "no controller listens; backlog poller stops");
+                break;
+            }
         }
         tokio::time::sleep(next_wait(settings.interval, failures)).await;
     }
@@ -331,6 +479,225 @@ mod tests {
         assert_eq!(next_wait(s(600), 5), s(600));
     }
 
+    fn told(
+        at: i64,
+        failure: Option<&'static str>,
+        backlog: Option<u64>,
+        limit: Option<Limit>,
+    ) -> Told {
+        Told {
+            at,
+            failure,
+            backlog,
+            limit,
+        }
+    }
+
+    #[test]
+    fn only_what_matters_is_worth_a_reconcile() {
+        let ok = |at, backlog| told(at, None, Some(backlog), Some(Limit::WithinRange));
+        let last = ok(100, 500);
+        assert!(worth_a_reconcile(None, &last, false), "the first read");
+        assert!(!worth_a_reconcile(Some(&last), &ok(105, 500), false));
+        // The backlog only moves: at most every 30 s.
+        assert!(!worth_a_reconcile(Some(&last), &ok(105, 450), false));
+        assert!(!worth_a_reconcile(Some(&last), &ok(129, 450), false));
+        assert!(worth_a_reconcile(Some(&last), &ok(130, 450), false));
+        assert!(
+            !worth_a_reconcile(Some(&last), &ok(200, 500), false),
+            "same backlog"
+        );
+        // Drained, and no longer: at once.
+        assert!(worth_a_reconcile(Some(&last), &ok(105, 0), false));
+        assert!(worth_a_reconcile(Some(&ok(100, 0)), &ok(105, 1), false));
+        assert!(!worth_a_reconcile(Some(&ok(100, 0)), &ok(105, 0), false));
+        // The replicas would change, or ScalingLimited: at once.
+        assert!(worth_a_reconcile(Some(&last), &ok(105, 450), true));
+        let limited = told(105, None, Some(500), Some(Limit::TooMany));
+        assert!(worth_a_reconcile(Some(&last), &limited, false));
+        // A failure, another failure, the same failure again, working again.
+        let down = told(105, Some("AdminAPIUnavailable"), None, None);
+        assert!(worth_a_reconcile(Some(&last), &down, false));
+        assert!(!worth_a_reconcile(
+            Some(&down),
+            &told(300, Some("AdminAPIUnavailable"), None, None),
+            false
+        ));
+        assert!(worth_a_reconcile(
+            Some(&down),
+            &told(110, Some("TopicNotFound"), None, None),
+            false
+        ));
+        assert!(worth_a_reconcile(Some(&down), &ok(110, 500), false));
+    }
+
+    #[test]
+    fn the_dry_run_tells_a_scale_from_a_moving_backlog() {
+        let policy = Policy {
+            min: 0,
+            max: 5,
+            target: 100,
+            window: 60,
+            up: None,
+            down: None,
+        };
+        let mut h = History::default();
+        let at = |at, backlog| Reading { at, backlog };
+        // What the reconcile does when it is asked to.
+        let reconcile = |h: &mut History, r: Reading| {
+            let current = h.replicas.unwrap_or(1);
+            let d = autoscale::decide(&policy, h, current, Some(r), r.at);
+            h.replicas = Some(d.replicas);
+        };
+        // Nothing decided yet in this process: the reconcile must decide.
+        assert_eq!(
+            dry_run(&mut h, &policy, at(0, 300)),
+            (Limit::WithinRange, true)
+        );
+        reconcile(&mut h, at(0, 300));
+        assert_eq!(h.replicas, Some(3));
+        assert_eq!(
+            dry_run(&mut h, &policy, at(5, 250)),
+            (Limit::WithinRange, false)
+        );
+        // Lower, within the window: held, no change.
+        assert_eq!(
+            dry_run(&mut h, &policy, at(10, 100)),
+            (Limit::WithinRange, false)
+        );
+        // Higher: a change at once; beyond the maximum: limited.
+        assert_eq!(
+            dry_run(&mut h, &policy, at(15, 350)),
+            (Limit::WithinRange, true)
+        );
+        assert_eq!(
+            dry_run(&mut h, &policy, at(20, 900)),
+            (Limit::TooMany, true)
+        );
+        // The dry runs decided nothing for real.
+        assert_eq!(h.replicas, Some(3));
+        reconcile(&mut h, at(20, 900));
+        assert_eq!(h.replicas, Some(5));
+        // Every reading is in the window, also one that caused no reconcile: 480 (5 wanted)
+        // at t=30 holds the 5 consumers until t=90.
+        assert_eq!(
+            dry_run(&mut h, &policy, at(30, 480)),
+            (Limit::WithinRange, false)
+        );
+        assert_eq!(
+            dry_run(&mut h, &policy, at(85, 0)),
+            (Limit::WithinRange, false)
+        );
+        assert_eq!(
+            dry_run(&mut h, &policy, at(90, 0)),
+            (Limit::WithinRange, true)
+        );
+    }
+
+    /// A listener that accepts connections and never answers; counts them.
+    async fn silent_listener() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let url = format!(
+            "http://{}",
+            listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+        );
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&count);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        (url, count)
+    }
+
+    #[tokio::test]
+    async fn reads_in_flight_are_capped_overall_and_per_namespace() {
+        let options = Options {
+            targets: crate::target::TargetPolicy::new(
+                vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))],
+                None,
+            ),
+            ..Options::default()
+        };
+        assert_eq!(
+            (
+                options.max_concurrent_polls,
+                options.max_concurrent_polls_per_namespace()
+            ),
+            (8, 2)
+        );
+        let pollers = Pollers::new(&options);
+        let mut listeners = Vec::new();
+        let mut reads = Vec::new();
+        // Six namespaces, five hanging reads each.
+        for ns in 0..6 {
+            let (url, count) = silent_listener().await;
+            listeners.push(count);
+            for _ in 0..5 {
+                let inner = Arc::clone(&pollers.inner);
+                let target = Target {
+                    admin_url: url.clone(),
+                    topic: crate::admin::parse_topic("t").unwrap_or_else(|| panic!()),
+                    subscription: "s".into(),
+                };
+                reads.push(tokio::spawn(async move {
+                    let mut partitioned = false;
+                    inner
+                        .read(&format!("ns-{ns}"), &target, &mut partitioned)
+                        .await
+                }));
+            }
+        }
+        let total = || {
+            listeners
+                .iter()
+                .map(|c| c.load(Ordering::SeqCst))
+                .sum::<usize>()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        while total() < 8 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} connections",
+                total()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A moment more: nothing beyond the caps.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(total(), 8);
+        assert!(listeners.iter().all(|c| c.load(Ordering::SeqCst) <= 2));
+        for r in reads {
+            r.abort();
+        }
+    }
+
+    #[tokio::test]
+    async fn namespace_slots_are_forgotten_after_use() {
+        let pollers = Pollers::default();
+        let target = Target {
+            admin_url: "http://127.0.0.1:9".into(),
+            topic: crate::admin::parse_topic("t").unwrap_or_else(|| panic!()),
+            subscription: "s".into(),
+        };
+        let mut partitioned = false;
+        let result = pollers.inner.read("ns", &target, &mut partitioned).await;
+        assert_eq!(result, Err(AdminError::NotAllowed), "loopback, by default");
+        assert!(
+            pollers
+                .inner
+                .namespace_reads
+                .lock()
+                .map(|m| m.is_empty())
+                .unwrap_or(false)
+        );
+    }
+
     fn autoscaled(ns: &str, name: &str) -> PulsarConsumer {
         let spec: crate::PulsarConsumerSpec = serde_json::from_value(serde_json::json!({
             "serverAddress": "pulsar://127.0.0.1:6650",
@@ -349,7 +716,7 @@ mod tests {
     #[tokio::test]
     async fn triggers_only_for_the_scopes_namespace() {
         use futures::StreamExt;
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let mut in_a = Box::pin(pollers.triggers(Some("a".into())));
         let mut all = Box::pin(pollers.triggers(None));
         for ns in ["b", "a"] {
@@ -364,7 +731,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_poller_without_its_object_stops_and_forgets() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let pc = autoscaled("ns", "gone");
         assert_eq!(
             pollers.with_history(&pc, |h| h.replicas = Some(3)),

@@ -19,7 +19,7 @@ use shared::{
     backoff::ErrorBackoff,
     conditions,
     namespaces::ScopedStores,
-    ownership::{Claim, claim},
+    ownership::{Claim, LEFTOVER_RECHECK, claim},
     slim::Slim,
 };
 
@@ -28,6 +28,7 @@ use crate::{
     api::{Autoscaling, PulsarConsumer},
     autoscale::{self, Decision, History, Policy, Reading, Why},
     desired,
+    options::Options,
     poll::{self, Pollers},
     status::{self, Problem, REASON_INVALID_AUTOSCALING, REASON_NAME_CONFLICT, Scaling},
 };
@@ -77,12 +78,28 @@ pub struct Context {
     /// The backlog pollers of the autoscaled PulsarConsumers, and what the autoscaler
     /// remembers of each.
     pub pollers: Pollers,
+    /// The shortest interval between two reads of one object's backlog
+    /// ([`Options::min_poll_interval`]).
+    pub min_poll_interval: Duration,
 }
 
 impl Context {
-    /// A context; `image` comes from `PULSAR_CONSUMER_IMAGE` (unset or empty = the default).
+    /// A context with the default [`Options`]; `image` comes from `PULSAR_CONSUMER_IMAGE`
+    /// (unset or empty = the default).
     #[must_use]
     pub fn new(toolkit: Toolkit, image: Option<String>) -> Self {
+        Self::with_options(toolkit, image, &Options::default())
+    }
+
+    /// A context reading backlogs as `options` allow.
+    #[must_use]
+    pub fn with_options(toolkit: Toolkit, image: Option<String>, options: &Options) -> Self {
+        let pollers = Pollers::new(options);
+        toolkit
+            .metrics
+            .add_object_gauges(Arc::new(crate::metrics::StatusGauges {
+                pollers: pollers.clone(),
+            }));
         Self {
             toolkit,
             deployments: ScopedStores::default(),
@@ -90,7 +107,8 @@ impl Context {
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(|| desired::DEFAULT_IMAGE.to_owned()),
             conflicts: ErrorBackoff::new(Duration::from_secs(5), Duration::from_secs(300)),
-            pollers: Pollers::new(),
+            pollers,
+            min_poll_interval: options.min_poll_interval,
         }
     }
 
@@ -104,7 +122,8 @@ impl Context {
 /// (selected by the `app.kubernetes.io/managed-by` label, so other Deployments are not
 /// cached). A Deployment whose label someone removed leaves the cache, which reads as
 /// "deleted": the next reconcile re-applies it, label included. An autoscaled
-/// PulsarConsumer is also reconciled after every read of its backlog (`poll`).
+/// PulsarConsumer is also reconciled after a read of its backlog that matters
+/// (`poll::worth_a_reconcile`).
 pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PulsarConsumer> {
     let managed = format!("app.kubernetes.io/managed-by={}", OPERATOR.name);
     let (deployments, deployment_events) =
@@ -142,6 +161,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let now = conditions::now();
     let mut scaling = None;
     let mut replicas = pc.spec.replicas;
+    let mut leftover = false;
     let (deployment, problem) = match claim(&api, &name, cached, &owner).await? {
         // Someone else's Deployment has the name: never written, reported.
         Claim::Conflict(conflict) => {
@@ -150,9 +170,11 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             (None, Some(Problem::name_conflict(&conflict)))
         }
         // The Deployment of a deleted PulsarConsumer of the same name: garbage collection
-        // removes it, and its deletion (it carries our label) triggers a reconcile.
+        // removes it, and its deletion triggers a reconcile if it still carries our label;
+        // the requeue below covers one whose label was removed.
         Claim::Leftover => {
             tracing::info!(deployment = %name, "waiting for the Deployment of an earlier PulsarConsumer to go");
+            leftover = true;
             (None, None)
         }
         Claim::Free => {
@@ -204,6 +226,7 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             Ok(Action::requeue(ctx.conflicts.failed(&key)))
         }
         Some(p) => Err(Error::Rejected(p.message)),
+        None if leftover => Ok(Action::requeue(LEFTOVER_RECHECK)),
         None => {
             ctx.conflicts.succeeded(&key);
             Ok(Action::await_change())
@@ -211,8 +234,13 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     }
 }
 
-/// Where and how often to read the backlog of `pc`.
-fn poll_settings(pc: &PulsarConsumer, a: &Autoscaling) -> Result<poll::Settings, String> {
+/// Where and how often to read the backlog of `pc`: every `pollIntervalSeconds`, but not
+/// more often than every `min_interval` (the operator's floor).
+fn poll_settings(
+    pc: &PulsarConsumer,
+    a: &Autoscaling,
+    min_interval: Duration,
+) -> Result<poll::Settings, String> {
     let topic = admin::parse_topic(&pc.spec.topic)
         .ok_or_else(|| format!("the topic {:?} cannot be parsed", pc.spec.topic))?;
     let admin_url = match a.admin_url.as_deref().filter(|u| !u.is_empty()) {
@@ -230,7 +258,8 @@ fn poll_settings(pc: &PulsarConsumer, a: &Autoscaling) -> Result<poll::Settings,
             topic,
             subscription: pc.spec.subscription_name.clone(),
         },
-        interval: Duration::from_secs(u64::try_from(a.poll_interval_seconds.max(1)).unwrap_or(15)),
+        interval: Duration::from_secs(u64::try_from(a.poll_interval_seconds.max(1)).unwrap_or(15))
+            .max(min_interval),
     })
 }
 
@@ -248,7 +277,7 @@ fn autoscale(
         return None;
     };
     let policy = Policy::from_spec(spec);
-    let observation = match poll_settings(pc, spec) {
+    let observation = match poll_settings(pc, spec, ctx.min_poll_interval) {
         Ok(settings) => ctx.pollers.ensure(pc, settings),
         Err(message) => {
             ctx.pollers.stop(pc);

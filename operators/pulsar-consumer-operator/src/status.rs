@@ -168,12 +168,15 @@ pub const REASON_BACKLOG_READ: &str = "BacklogRead";
 /// such specs; kept for objects stored before it did).
 pub const REASON_INVALID_AUTOSCALING: &str = "InvalidAutoscaling";
 
-/// `ScalingActive=False` reasons: announced as Warning events.
-pub const SCALING_WARNINGS: [&str; 5] = [
+/// `ScalingActive=False` reasons: announced as Warning events. Their messages are fixed
+/// (`admin::AdminError`): nothing an admin API answered is in them.
+pub const SCALING_WARNINGS: [&str; 7] = [
     "AdminAPIUnavailable",
     "TopicNotFound",
     "SubscriptionNotFound",
     "InvalidAdminResponse",
+    crate::admin::REASON_TARGET_NOT_ALLOWED,
+    crate::admin::REASON_RESPONSE_TOO_LARGE,
     REASON_INVALID_AUTOSCALING,
 ];
 

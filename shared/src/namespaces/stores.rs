@@ -215,6 +215,15 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
         store.get(&ObjectRef::new(name).within(namespace))
     }
 
+    /// Every cached object, of every scope.
+    #[must_use]
+    pub fn all(&self) -> Vec<Arc<K>> {
+        let Ok(stores) = self.stores.read() else {
+            return Vec::new();
+        };
+        stores.iter().flat_map(|(_, store)| store.state()).collect()
+    }
+
     /// Objects in `namespace` that satisfy `predicate`, from the store of the scope holding it
     /// (a scan of the store: prefer [`ScopedStores::by_key`] on a hot path).
     #[must_use]

@@ -105,7 +105,10 @@ pub(super) fn provide_image(operator: &str, args: &DeployArgs) -> Result<ImageRe
     let kind_cluster = context.strip_prefix("kind-").map(str::to_owned);
 
     if use_docker {
-        let tag = args.tag.clone().unwrap_or_else(|| "dev".into());
+        let tag = match &args.tag {
+            Some(tag) => tag.clone(),
+            None => crate::version::workspace_version()?.to_string(),
+        };
         let local = format!("{operator}:{tag}");
         println!("deploy: docker build -f {} .", dockerfile.display());
         cmd::run(

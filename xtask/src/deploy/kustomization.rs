@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use xtask::kustomize;
 
 /// `to` relative to `from` (both absolute), for kustomize's `resources:`.
-fn relative(from: &Path, to: &Path) -> PathBuf {
+pub(crate) fn relative(from: &Path, to: &Path) -> PathBuf {
     let from: Vec<Component> = from.components().collect();
     let to_parts: Vec<Component> = to.components().collect();
     let common = from
@@ -88,7 +88,12 @@ fn namespaced_resources(
 
 /// A patch of the operator's Deployment (as `base/` describes it) that sets
 /// the environment variable `name` of its container to `value`.
-fn env_patch(deploy_dir: &Path, operator: &str, name: &str, value: &str) -> Result<String> {
+pub(crate) fn env_patch(
+    deploy_dir: &Path,
+    operator: &str,
+    name: &str,
+    value: &str,
+) -> Result<String> {
     let base = kustomize(&deploy_dir.join("base"))?;
     let deployment = base
         .iter()

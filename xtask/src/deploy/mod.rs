@@ -18,8 +18,10 @@ use crate::cmd;
 use crate::crds;
 use crate::paths;
 use anyhow::{Context, Result, bail};
-use image::{local_registry, provide_image, provide_workload_image, workload_image};
+pub use image::workload_image;
+use image::{local_registry, provide_image, provide_workload_image};
 use kustomization::write_kustomization;
+pub(crate) use kustomization::{env_patch, relative};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,7 +42,7 @@ pub struct DeployArgs {
     /// Install namespace-scoped, watching these namespaces (`a,b`).
     #[arg(long, value_name = "NS,...", value_delimiter = ',')]
     pub namespaced: Option<Vec<String>>,
-    /// The image tag (default: the package version).
+    /// The image tag (default: the workspace version).
     #[arg(long)]
     pub tag: Option<String>,
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use shared::serving::Limits;
 
 /// Serve a cow saying a greeting over HTTP.
 #[derive(Debug, Clone, Parser)]
@@ -24,17 +25,36 @@ pub struct Config {
     #[arg(long, env = "PORT", default_value_t = 8080)]
     pub port: u16,
 
-    /// Time a client has to send a request's headers (also how long an idle
-    /// kept-alive connection stays open), e.g. `10s` or `500ms`.
+    /// Port of a second listener, on the same address, that serves only
+    /// `/healthz` for the kubelet, so that clients of the page cannot starve
+    /// the probes (0 picks a free one). Without it there is no second
+    /// listener; `/healthz` is served on the page's port either way.
+    #[arg(long, env = "PROBE_PORT")]
+    pub probe_port: Option<u16>,
+
+    /// Time a client of the page has to send a request's headers (also how
+    /// long an idle kept-alive connection stays open), e.g. `10s` or `500ms`.
     #[arg(long, env = "HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
 
-    /// Connections served at once; further ones wait until one closes.
-    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Connections to the page served at once. When all are taken, a client
+    /// holding fewer than the one holding the most displaces that one's oldest
+    /// connection; others are closed.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = Limits::PUBLIC.max_connections, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 
+    /// Connections to the page served at once from one client address;
+    /// further ones are closed.
+    #[arg(long, env = "MAX_CONNECTIONS_PER_PEER", default_value_t = Limits::PUBLIC.max_connections_per_peer, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_peer: u32,
+
+    /// Largest request head (request line and headers) accepted, in bytes
+    /// (larger ones get 431).
+    #[arg(long, env = "MAX_HEADER_BYTES", default_value_t = Limits::PUBLIC.max_header_bytes, value_parser = parse_header_bytes)]
+    pub max_header_bytes: usize,
+
     /// Largest request body accepted, in bytes (larger ones get 413).
-    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 64 * 1024)]
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = Limits::PUBLIC.max_body_bytes)]
     pub max_body_bytes: usize,
 }
 
@@ -60,14 +80,41 @@ impl Config {
         Ok(SocketAddr::new(ip, self.port))
     }
 
-    /// The serving limits from the flags.
-    pub fn limits(&self) -> shared::serving::Limits {
-        shared::serving::Limits {
+    /// The probe listener's address (the page's IP, `probe_port`), if one is
+    /// asked for.
+    ///
+    /// # Errors
+    /// When the page's address is invalid, or the probe port is the page's.
+    pub fn probe_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        let page = self.socket_addr()?;
+        match self.probe_port {
+            None => Ok(None),
+            Some(port) if port != 0 && port == page.port() => anyhow::bail!(
+                "--probe-port (PROBE_PORT) {port} is the page's port: the probes need a port of their own"
+            ),
+            Some(port) => Ok(Some(SocketAddr::new(page.ip(), port))),
+        }
+    }
+
+    /// The page listener's limits: [`Limits::PUBLIC`] changed by the flags.
+    pub fn limits(&self) -> Limits {
+        Limits {
             header_read_timeout: self.header_read_timeout,
             max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            max_header_bytes: self.max_header_bytes,
             max_body_bytes: self.max_body_bytes,
-            ..shared::serving::Limits::DEFAULT
+            ..Limits::PUBLIC
         }
+    }
+}
+
+/// A head limit of at least 1 KiB (an ordinary browser request's head is
+/// about 0.5 KiB).
+fn parse_header_bytes(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1024 => Ok(n),
+        _ => Err(format!("`{s}` is not a number of bytes of at least 1024")),
     }
 }
 
@@ -107,14 +154,43 @@ mod tests {
             greeting: None,
             listen: "0.0.0.0".into(),
             port: 8080,
+            probe_port: None,
             header_read_timeout: Duration::from_secs(10),
-            max_connections: 1024,
+            max_connections: 256,
+            max_connections_per_peer: 64,
+            max_header_bytes: 16384,
             max_body_bytes: 65536,
         };
         assert_eq!(
             config.socket_addr().unwrap(),
             "0.0.0.0:8080".parse().unwrap()
         );
+        assert_eq!(config.probe_addr().unwrap(), None);
+        assert_eq!(config.limits(), Limits::PUBLIC);
+    }
+
+    #[test]
+    fn probe_port_is_on_the_page_address_and_never_the_page_port() {
+        let config = parse(&[
+            "lolcow-web",
+            "--listen",
+            "127.0.0.1",
+            "--probe-port",
+            "8081",
+        ]);
+        assert_eq!(
+            config.probe_addr().unwrap(),
+            Some("127.0.0.1:8081".parse().unwrap())
+        );
+        let config = parse(&["lolcow-web", "--listen", "[::1]:9000", "--probe-port", "0"]);
+        assert_eq!(
+            config.probe_addr().unwrap(),
+            Some("[::1]:0".parse().unwrap())
+        );
+        let config = parse(&["lolcow-web", "--port", "8080", "--probe-port", "8080"]);
+        let err = config.probe_addr().unwrap_err().to_string();
+        assert!(err.contains("--probe-port"), "{err}");
+        assert!(Config::try_parse_from(["lolcow-web", "--probe-port", "70000"]).is_err());
     }
 
     #[test]
@@ -132,7 +208,9 @@ mod tests {
                 .to_owned()
         };
         assert_eq!(default("header_read_timeout"), "10s");
-        assert_eq!(default("max_connections"), "1024");
+        assert_eq!(default("max_connections"), "256");
+        assert_eq!(default("max_connections_per_peer"), "64");
+        assert_eq!(default("max_header_bytes"), "16384");
         assert_eq!(default("max_body_bytes"), "65536");
         let config = parse(&[
             "lolcow-web",
@@ -140,16 +218,24 @@ mod tests {
             "250ms",
             "--max-connections",
             "7",
+            "--max-connections-per-peer",
+            "3",
+            "--max-header-bytes",
+            "4096",
             "--max-body-bytes",
             "10",
         ]);
         let limits = config.limits();
         assert_eq!(limits.header_read_timeout, Duration::from_millis(250));
         assert_eq!(limits.max_connections, 7);
+        assert_eq!(limits.max_connections_per_peer, 3);
+        assert_eq!(limits.max_header_bytes, 4096);
         assert_eq!(limits.max_body_bytes, 10);
         assert!(Config::try_parse_from(["lolcow-web", "--header-read-timeout", "0s"]).is_err());
         assert!(Config::try_parse_from(["lolcow-web", "--header-read-timeout", "soon"]).is_err());
         assert!(Config::try_parse_from(["lolcow-web", "--max-connections", "0"]).is_err());
+        assert!(Config::try_parse_from(["lolcow-web", "--max-connections-per-peer", "0"]).is_err());
+        assert!(Config::try_parse_from(["lolcow-web", "--max-header-bytes", "100"]).is_err());
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
     }
 

@@ -5,7 +5,16 @@
 //! - `GET /` answers with a playful HTML page, or with the plain-text cow
 //!   for clients that ask for `text/plain` (and for `curl` and friends
 //!   sending `Accept: */*`).
-//! - `GET /healthz` answers `ok`.
+//! - `GET /healthz` answers `ok`, on the page's port and, with `PROBE_PORT`
+//!   (`--probe-port`), on a listener of its own for the kubelet: clients of
+//!   the page, however many and however slow, cannot keep the probes from
+//!   being answered. The lolcow operator's Deployment probes that port.
+//!
+//! Both listeners run `shared::serving`'s loop: header-read and idle
+//! timeouts, head-size and connection limits, a per-client-address limit,
+//! fixed socket buffers (the page with `Limits::PUBLIC` changed by the flags,
+//! the probes with `Limits::PROBES`). Every slot of both taken, they hold at
+//! most ~22 MiB against the 64 MiB limit the operator gives the container.
 //!
 //! The greeting comes from the first positional argument, else the
 //! `GREETING` environment variable, else a random built-in fortune. See

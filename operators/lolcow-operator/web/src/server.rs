@@ -1,4 +1,5 @@
-//! The HTTP routes and the graceful-shutdown signal.
+//! The HTTP routes of the page and probe listeners, and the graceful-shutdown
+//! signal.
 
 use std::sync::Arc;
 
@@ -22,6 +23,12 @@ struct Pages {
 
 /// Builds the app: `GET /` (HTML or plain text), `GET /healthz`, and a
 /// plain-text 404 for everything else.
+///
+/// `/healthz` stays on the page's port for whoever checked it there: it
+/// answers a constant `ok`, reveals nothing and costs what the page costs, so
+/// it gives a client of the page nothing the page does not. The kubelet asks
+/// the probe listener ([`probe_router`]) instead, which clients of the page
+/// cannot fill.
 pub fn router(greeting: &str) -> Router {
     let pages = Arc::new(Pages {
         html: render_html(greeting),
@@ -32,6 +39,13 @@ pub fn router(greeting: &str) -> Router {
         .route("/healthz", get(healthz))
         .fallback(not_found)
         .with_state(pages)
+}
+
+/// The probe listener's app: `GET /healthz` and a plain-text 404.
+pub fn probe_router() -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .fallback(not_found)
 }
 
 async fn index(State(pages): State<Arc<Pages>>, headers: HeaderMap) -> Response {

@@ -1,12 +1,14 @@
-//! The server's limits against slow and idle clients (slowloris): half-written requests
-//! neither block the page nor stay open past the header-read timeout.
+//! The server's limits against slow, idle and greedy clients (slowloris): half-written
+//! requests neither block the page nor stay open past the header-read timeout, one client
+//! address gets at most its share of the page's connections, and nothing done to the page
+//! reaches the probe listener.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::Server;
@@ -39,7 +41,15 @@ fn closed_by(stream: &mut TcpStream, deadline: Instant) -> bool {
 #[test]
 fn half_written_connections_neither_block_the_page_nor_stay_open() {
     let timeout = Duration::from_secs(2);
-    let server = Server::start_with_env(Some("still here"), &[("HEADER_READ_TIMEOUT", "2s")]);
+    // One client address may take them all here: this is about the timeout.
+    let server = Server::start_with_env(
+        Some("still here"),
+        &[
+            ("HEADER_READ_TIMEOUT", "2s"),
+            ("MAX_CONNECTIONS", "1024"),
+            ("MAX_CONNECTIONS_PER_PEER", "1024"),
+        ],
+    );
     let opened = Instant::now();
     let mut idle: Vec<TcpStream> = (0..300)
         .map(|_| {
@@ -109,4 +119,97 @@ fn oversized_request_bodies_are_refused() {
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
+/// A connection to `port` on 127.0.0.1 from 127.0.0.`host` (all of 127/8 is the loopback
+/// interface): another client address for the server.
+fn connect_from(host: u8, port: u16) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from = SocketAddr::from((Ipv4Addr::new(127, 0, 0, host), 0));
+    socket.bind(&from.into()).unwrap();
+    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
+/// `GET path` on a new connection from 127.0.0.`host`; the answer, empty when the server
+/// closed the connection without one.
+fn get_from(host: u8, port: u16, path: &str) -> String {
+    let mut s = connect_from(host, port);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let _ = s.write_all(request.as_bytes());
+    let mut out = Vec::new();
+    let mut buf = [0_u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn a_flood_of_the_page_neither_reaches_the_probes_nor_keeps_other_clients_out() {
+    let server = Server::start(Some("still here"));
+    // 1,100 half-written requests from one address (it gets 64 of the 256 slots, the
+    // others are closed at once), then 64 more from each of three others: every slot taken.
+    let mut flood = Vec::new();
+    for (host, count) in [(1, 1100), (2, 64), (3, 64), (4, 64)] {
+        for _ in 0..count {
+            let mut s = connect_from(host, server.port);
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n");
+            flood.push(s);
+        }
+    }
+    let started = Instant::now();
+    // The kubelet, from a flooding address, still gets its probe at once.
+    let probe = server.get_probe("/healthz");
+    assert_eq!((probe.status, probe.body.as_str()), (200, "ok"));
+    // The address that sent 1,100 is at its limit and gets nothing...
+    assert_eq!(get_from(1, server.port, "/"), "");
+    // ...while a new client address gets the page (displacing a flooding connection).
+    let page = get_from(9, server.port, "/");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("still here"), "{page}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    // Of the 1,100, the server closed all but its 64 at once (and maybe one of those for
+    // the new client).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut closed = 0;
+    for s in &mut flood[..1100] {
+        // At least 20 ms each once the deadline passed (the open ones used it up).
+        if closed_by(s, deadline.max(Instant::now() + Duration::from_millis(20))) {
+            closed += 1;
+        }
+    }
+    assert!(
+        (1100 - 64..=1100 - 63).contains(&closed),
+        "{closed} of 1,100 connections from one address were closed"
+    );
+}
+
+#[test]
+fn heads_over_the_limit_get_431() {
+    let server = Server::start_with_env(Some("Hi"), &[("MAX_HEADER_BYTES", "2048")]);
+    let padded = |len: usize| {
+        let start = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Pad: ";
+        format!("{start}{}\r\n\r\n", "a".repeat(len - start.len() - 4))
+    };
+    let answer = |request: String| {
+        let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, server.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    assert!(answer(padded(2000)).starts_with("HTTP/1.1 200"));
+    let refused = answer(padded(4000));
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
 }

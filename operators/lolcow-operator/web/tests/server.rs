@@ -25,6 +25,44 @@ fn healthz_answers_ok() {
 }
 
 #[test]
+fn the_probe_port_serves_healthz_and_nothing_else() {
+    let server = Server::start(Some("Hi"));
+    let resp = server.get_probe("/healthz");
+    assert_eq!((resp.status, resp.body.as_str()), (200, "ok"));
+    let page = server.get_probe("/");
+    assert_eq!(page.status, 404, "the page is served on the probe port");
+    assert!(!page.body.contains("Hi"), "{}", page.body);
+    let log = server.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("serving /healthz for probes")
+                && l.contains(&format!("127.0.0.1:{}", server.probe_port))),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_probe_port_equal_to_the_page_port_is_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lolcow-web"))
+        .args([
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            "18081",
+            "--probe-port",
+            "18081",
+        ])
+        .env_remove("PORT")
+        .env_remove("PROBE_PORT")
+        .env_remove("BIND_ADDRESS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--probe-port"), "{stderr}");
+}
+
+#[test]
 fn browsers_get_the_html_page_with_the_escaped_greeting() {
     let server = Server::start(Some(r#"Moo <script>alert("hi")</script> & 'friends'"#));
     let resp = server.get(

@@ -4,6 +4,13 @@
 //!   `503` otherwise (still connecting, reconnecting, or shutting down).
 //! - `GET /metrics`: the counters below in the Prometheus/OpenMetrics text
 //!   format.
+//!
+//! Served by `shared::serving`'s loop with [`LIMITS`]: a client that opens
+//! connections and never finishes its request (or trickles it) is closed at the
+//! header-read timeout, one client address holds at most 8 of the 64 slots, and
+//! heads over 8 KiB are refused, so neither the kubelet's readiness probe nor a
+//! scraper can be kept out, and the listener never holds more than ~3.6 MiB
+//! against the container's 128 MiB limit.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,6 +25,15 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use shared::serving::Limits;
+
+/// The HTTP server's limits: the kubelet's probe and scrapers, as the
+/// operators' probe and metrics listeners ([`Limits::PROBES`]); 4 s to finish
+/// at shutdown (the binary waits 5).
+pub const LIMITS: Limits = Limits {
+    shutdown_grace: std::time::Duration::from_secs(4),
+    ..Limits::PROBES
+};
 
 /// Content type of the metrics exposition.
 const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -159,14 +175,10 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        axum::serve(self.listener, router(self.metrics))
-            .with_graceful_shutdown(shutdown)
-            .await
+    /// Serves until `shutdown` completes, then finishes in-flight requests
+    /// (within [`LIMITS`]' grace period).
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) {
+        shared::serving::serve_plain(self.listener, router(self.metrics), LIMITS, shutdown).await;
     }
 }
 
@@ -195,6 +207,89 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+    }
+
+    /// A connection from 127.0.0.`host`: a client address of its own.
+    async fn connect_from(host: u8, addr: SocketAddr) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, host], 0)))
+            .unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    /// Sends `request` and reads until the server closes (empty: closed unanswered).
+    async fn exchange(mut stream: tokio::net::TcpStream, request: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut out = Vec::new();
+        let mut buf = [0_u8; 4096];
+        let read = async {
+            while let Ok(n) = stream.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), read)
+            .await
+            .expect("closed within 5 s");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn get(path: &str, extra: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n")
+    }
+
+    #[tokio::test]
+    async fn the_server_has_the_shared_loops_limits() {
+        let server = Server::bind(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            Arc::new(Metrics::new()),
+        )
+        .await
+        .unwrap();
+        let addr = server.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve(async {
+            let _ = stopped.await;
+        }));
+        // One client address flooding with half-written requests holds 8 slots...
+        let mut flood = Vec::new();
+        for _ in 0..100 {
+            let mut s = connect_from(2, addr).await;
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut s, b"GET /healthz HTTP/1.1\r\n").await;
+            flood.push(s);
+        }
+        assert_eq!(
+            exchange(connect_from(2, addr).await, &get("/healthz", "")).await,
+            ""
+        );
+        // ...and the kubelet and scrapers are answered.
+        let health = exchange(connect_from(1, addr).await, &get("/healthz", "")).await;
+        assert!(health.starts_with("HTTP/1.1 503"), "{health}");
+        assert!(
+            health.ends_with("not connected to the Pulsar broker\n"),
+            "{health}"
+        );
+        let metrics = exchange(connect_from(1, addr).await, &get("/metrics", "")).await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(metrics.contains("pulsar_consumer_connected 0"), "{metrics}");
+        // Heads over 8 KiB are refused.
+        let big = format!("X-Pad: {}\r\n", "a".repeat(9000));
+        let refused = exchange(connect_from(1, addr).await, &get("/healthz", &big)).await;
+        assert!(
+            refused.is_empty() || refused.starts_with("HTTP/1.1 431"),
+            "{refused}"
+        );
+        assert!(!refused.contains("not connected"), "{refused}");
+        drop(flood);
+        stop.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), serving)
+            .await
+            .expect("the server stops at shutdown")
+            .unwrap();
     }
 
     #[test]

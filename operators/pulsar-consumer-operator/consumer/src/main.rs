@@ -187,8 +187,7 @@ async fn run_consume(cfg: ConsumeConfig) -> ExitCode {
     // Stops the HTTP server too, whatever ended the consume loop.
     let _ = tx.send(true);
     match tokio::time::timeout(HTTP_SHUTDOWN_TIMEOUT, http).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => warn!(error = %e, "HTTP server failed"),
+        Ok(Ok(())) => {}
         Ok(Err(e)) => warn!(error = %e, "HTTP server task failed"),
         Err(_) => warn!("HTTP server did not stop in time"),
     }

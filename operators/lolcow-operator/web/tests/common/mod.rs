@@ -18,6 +18,8 @@ pub struct Server {
     child: Child,
     /// The port it listens on (on 127.0.0.1).
     pub port: u16,
+    /// The port of its probe listener (`PROBE_PORT`).
+    pub probe_port: u16,
     log: PathBuf,
 }
 
@@ -35,12 +37,14 @@ impl Server {
         let mut last_log = String::new();
         for _ in 0..3 {
             let port = free_port();
+            let probe_port = free_port();
             let log = temp_path(&format!("lolcow-web-{port}.log"));
             let log_file = File::create(&log).expect("create server log");
             let mut command = Command::new(env!("CARGO_BIN_EXE_lolcow-web"));
             command
                 .args(["--listen", "127.0.0.1"])
                 .env("PORT", port.to_string())
+                .env("PROBE_PORT", probe_port.to_string())
                 .env_remove("BIND_ADDRESS")
                 .env("RUST_LOG", "info")
                 .envs(env.iter().copied())
@@ -52,7 +56,12 @@ impl Server {
                 None => command.env_remove("GREETING"),
             };
             let child = command.spawn().expect("start lolcow-web");
-            let mut server = Server { child, port, log };
+            let mut server = Server {
+                child,
+                port,
+                probe_port,
+                log,
+            };
             match server.wait_healthy() {
                 Ok(()) => return server,
                 Err(log) => last_log = log,
@@ -61,15 +70,16 @@ impl Server {
         panic!("lolcow-web never became healthy; last log:\n{last_log}");
     }
 
-    /// Polls `/healthz` until it answers 200 or the deadline passes; on
-    /// failure returns the server's log.
+    /// Polls `/healthz` on both listeners until it answers 200 or the
+    /// deadline passes; on failure returns the server's log.
     fn wait_healthy(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + STARTUP_DEADLINE;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("exited early with {status}\n{}", self.log()));
             }
-            if try_get(self.port, "/healthz", &[]).is_ok_and(|r| r.status == 200) {
+            let healthy = |port| try_get(port, "/healthz", &[]).is_ok_and(|r| r.status == 200);
+            if healthy(self.port) && healthy(self.probe_port) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -89,6 +99,12 @@ impl Server {
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
         try_get(self.port, path, headers)
             .unwrap_or_else(|e| panic!("GET {path} failed: {e}\n{}", self.log()))
+    }
+
+    /// `GET path` on the probe listener.
+    pub fn get_probe(&self, path: &str) -> HttpResponse {
+        try_get(self.probe_port, path, &[])
+            .unwrap_or_else(|e| panic!("GET {path} (probes) failed: {e}\n{}", self.log()))
     }
 
     /// The server's base URL.
