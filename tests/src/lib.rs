@@ -15,6 +15,7 @@ pub mod operator;
 pub mod proxy;
 pub mod pulsar;
 pub mod rbac;
+pub mod tools;
 
 pub use delivery::check_all_received;
 pub use events::{events_where, regards_uid, wait_events};

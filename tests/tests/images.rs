@@ -1,6 +1,8 @@
 //! `cargo xtask image`: the image it writes is valid for real tools (skopeo,
 //! umoci, a registry), runs the binary as the non-root user, is the same
-//! bytes when built twice, and survives a push and a pull unchanged.
+//! bytes when built twice, and survives a push and a pull unchanged; its SBOM
+//! (an SPDX document of the crates linked into each platform's binary) is found
+//! by oras as a referrer of the image, in the layout and in the registry.
 //!
 //! Only `podset-operator` is built here (release builds are slow); every
 //! binary goes through the same code. The image is built for linux/amd64 and
@@ -471,5 +473,119 @@ fn push_to_a_registry_keeps_the_digest() -> Result<()> {
         digest,
         "pulled back unchanged"
     );
+
+    Ok(())
+}
+
+/// The SBOM artifact oras finds for the image (`target`: oras' flags, then the
+/// reference), and its document, pulled with oras.
+fn sbom_of(oras: &Path, target: &[&str]) -> Result<(String, Value)> {
+    let (flags, reference) = target.split_at(target.len() - 1);
+    let discovered: Value = serde_json::from_str(&run(Command::new(oras)
+        .arg("discover")
+        .args(flags)
+        .args(["--format", "json"])
+        .arg(reference[0]))?)?;
+    let sboms: Vec<&Value> = discovered["referrers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["artifactType"] == "application/spdx+json")
+        .collect();
+    ensure!(sboms.len() == 1, "one SBOM referrer expected: {discovered}");
+    let digest = sboms[0]["digest"].as_str().context("no digest")?.to_owned();
+    let scratch = Scratch::new("sbom")?;
+    let repository = reference[0]
+        .rsplit_once(':')
+        .map_or(reference[0], |(r, _)| r);
+    run(Command::new(oras)
+        .arg("pull")
+        .args(flags)
+        .arg(format!("{repository}@{digest}"))
+        .arg("-o")
+        .arg(&scratch.0))?;
+    let document =
+        serde_json::from_slice(&std::fs::read(scratch.0.join(format!("{NAME}.spdx.json")))?)?;
+    Ok((digest, document))
+}
+
+/// The version `Cargo.lock` pins for `name` (the workspace links one).
+fn lock_version(name: &str) -> Result<String> {
+    let lock = std::fs::read_to_string(repo_root().join("Cargo.lock"))?;
+    let versions: Vec<&str> = lock
+        .split("[[package]]")
+        .filter(|b| b.lines().any(|l| l.trim() == format!("name = \"{name}\"")))
+        .filter_map(|b| {
+            b.lines()
+                .find_map(|l| l.trim().strip_prefix("version = \""))
+        })
+        .map(|v| v.trim_end_matches('"'))
+        .collect();
+    ensure!(versions.len() == 1, "Cargo.lock has {name} {versions:?}");
+    Ok(versions[0].to_owned())
+}
+
+/// This machine's image platform (`amd64`, `arm64`).
+fn host_arch() -> Result<&'static str> {
+    match std::env::consts::ARCH {
+        "x86_64" => Ok("amd64"),
+        "aarch64" => Ok("arm64"),
+        other => bail!("no image platform for {other}"),
+    }
+}
+
+/// The host's image only (the cross build is the other tests'): its SBOM lists the
+/// crates linked into the binary at Cargo.lock's versions, oras finds it as a referrer
+/// of the image in the layout, and after a push in the registry, the same bytes.
+#[test]
+fn the_sbom_lists_the_linked_crates_and_goes_along_with_a_push() -> Result<()> {
+    need("skopeo", "skopeo")?;
+    let registry = Registry::start()?;
+    let _one = serialized();
+    let tag = format!("e2e-{}", unique_suffix());
+    let arch = host_arch()?;
+    let platform = format!("linux/{arch}");
+    xtask_image(&tag, &["--platform", &platform, "--push", &registry.addr])?;
+    let oras = e2e::tools::oras()?;
+    let (digest, document) = sbom_of(
+        &oras,
+        &["--oci-layout", &format!("{}:{tag}", layout().display())],
+    )?;
+    assert_eq!(document["spdxVersion"], "SPDX-2.3");
+    let packages = document["packages"].as_array().context("no packages")?;
+    let find = |name: &str| packages.iter().find(|p| p["name"] == name);
+    assert_eq!(packages[0]["name"], NAME, "the binary's crate comes first");
+    for name in ["kube", "tokio", "k8s-openapi", "rustls"] {
+        let version = lock_version(name)?;
+        let package = find(name).with_context(|| format!("{name} is not in the SBOM"))?;
+        assert_eq!(package["versionInfo"], version.as_str(), "{name}");
+        assert_eq!(
+            package["externalRefs"][0]["referenceLocator"],
+            format!("pkg:cargo/{name}@{version}").as_str()
+        );
+        assert!(
+            package["checksums"][0]["checksumValue"].is_string(),
+            "{name} has no checksum"
+        );
+        assert_ne!(
+            package["licenseDeclared"], "NOASSERTION",
+            "{name} has no license"
+        );
+    }
+    // Macros and build scripts' crates run at build time: they are not linked.
+    for absent in ["kube-derive", "serde_derive", "tokio-macros", "cc"] {
+        assert!(find(absent).is_none(), "{absent} is listed but not linked");
+    }
+    // Another binary's crates are not this one's.
+    assert!(
+        find("lolcow-web").is_none() && find("pulsar").is_none(),
+        "crates of other binaries"
+    );
+
+    // The registry serves it as a referrer of the image, the same bytes.
+    let reference = format!("{}/{NAME}:{tag}", registry.addr);
+    let (pushed, pulled) = sbom_of(&oras, &["--plain-http", &reference])?;
+    assert_eq!(pushed, digest, "the registry's SBOM digest");
+    assert_eq!(pulled, document, "the registry's SBOM");
     Ok(())
 }

@@ -16,6 +16,7 @@ use std::process::Command;
 
 /// actionlint, from `github.com/rhysd/actionlint/cmd/actionlint`.
 pub const ACTIONLINT: Component = Component {
+    folder: "cluster",
     name: "actionlint",
     module: "github.com/rhysd/actionlint",
     packages: &["github.com/rhysd/actionlint/cmd/actionlint"],

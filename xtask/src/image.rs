@@ -21,9 +21,17 @@
 //! archive, `target/images/<name>.oci.tar` (what `skopeo`, `umoci`,
 //! `podman load` and `ctr import` read). `--push` copies it to a registry with
 //! `skopeo`.
+//!
+//! Beside each platform's manifest the layout holds its SBOM (`sbom`): an SPDX 2.3
+//! document of the crates linked into that binary, as an OCI 1.1 artifact whose
+//! `subject` is the manifest, listed (untagged) in `index.json`. `oras discover` finds
+//! it there; `--push` copies it after the image with oras (built from its Go module),
+//! so the registry serves it as a referrer of the image (or, on a registry without the
+//! referrers API, under the fallback tag `sha256-<digest>`).
 
 mod elf;
 mod oci;
+mod sbom;
 pub mod system;
 mod tar;
 use oci::*;
@@ -171,6 +179,8 @@ pub struct Image {
     /// The platforms and their compressed layer plus config, in bytes (what
     /// a pull of that platform downloads).
     pub platforms: Vec<(String, u64)>,
+    /// `sha256:...` of each SBOM artifact in the layout (one per platform).
+    pub sboms: Vec<String>,
 }
 
 impl Image {
@@ -258,6 +268,9 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     cargo
         .current_dir(paths::repo_root())
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        // `cargo xtask` (cargo run) sets it, running ./target/debug/xtask does not, and
+        // ring's build script reruns when it changes: without it, both reuse one build.
+        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--release", "--target", triple]);
     for package in known() {
         cargo.args(["-p", package]);
@@ -283,6 +296,7 @@ pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
         .env(format!("CARGO_TARGET_{upper}_LINKER"), linker)
         .env(format!("CC_{lower}"), linker)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--release", "--target", triple, "-p", name]);
     cmd::run(&mut cargo)?;
     checked_static(paths::target_dir().join(triple).join("release").join(name))
@@ -397,21 +411,45 @@ pub fn build_for(name: &str, tag: Option<&str>, platforms: &[Platform]) -> Resul
     })?;
     let host = Platform::host()?;
     let epoch = source_date_epoch()?;
+    let lock = std::fs::read_to_string(paths::repo_root().join("Cargo.lock"))
+        .context("reading Cargo.lock")?;
+    let checksums = sbom::lock_checksums(&lock);
     let mut images = Vec::new();
     for platform in wanted {
-        let binary = if platform == host {
-            build_binary(name)?
+        // The host's build makes every image binary together; a cross build, this one.
+        let (binary, built_with) = if platform == host {
+            (build_binary(name)?, known())
         } else {
-            build_cross_binary(name, platform)?
+            (build_cross_binary(name, platform)?, vec![name])
         };
         let binary = std::fs::read(&binary)?;
-        let image = assemble(
+        let mut image = assemble(
             name,
             platform,
             &tag,
             &pkg,
             &binary,
             ca_bundle.clone(),
+            epoch,
+        )?;
+        let tree = sbom::linked_crates(name, platform.triple(), &built_with)?;
+        let subject = sbom::Subject {
+            name,
+            package: &pkg,
+            platform,
+            binary_digest: &sha256(&binary),
+            epoch,
+        };
+        let document = sbom::spdx(&subject, &tree, &checksums)?;
+        println!(
+            "image: SBOM of {name} {platform}: {} crates (SPDX 2.3)",
+            tree.crates.len()
+        );
+        attach(
+            &mut image,
+            sbom::MEDIA_TYPE,
+            &format!("{name}.spdx.json"),
+            document,
             epoch,
         )?;
         images.push((platform, image));
@@ -440,6 +478,7 @@ fn write_image(name: &str, tag: &str, layout: &Layout) -> Result<Image> {
         layout: dir,
         archive,
         platforms: layout.sizes.clone(),
+        sboms: layout.referrers.iter().map(Referrer::digest).collect(),
     };
     let sizes: Vec<String> = image
         .platforms
@@ -507,7 +546,57 @@ pub fn push_to(image: &Image, dest: &str) -> Result<String> {
     }
     let reference = format!("{dest}@{pushed}");
     println!("image: pushed {reference}");
+    push_sboms(image, dest)?;
     Ok(reference)
+}
+
+/// Copies the image's SBOM artifacts to the repository of `dest` with oras, after the
+/// image (their subjects must be there): skopeo copies an image, not its referrers.
+/// Without Go to build oras it says so and goes on: the image itself is pushed.
+fn push_sboms(image: &Image, dest: &str) -> Result<()> {
+    if image.sboms.is_empty() {
+        return Ok(());
+    }
+    let oras = match crate::tools::oras() {
+        Ok(oras) => oras,
+        Err(e) => {
+            println!("image: warning: the SBOM is not pushed ({e:#})");
+            return Ok(());
+        }
+    };
+    let repository = repository_of(dest);
+    for sbom in &image.sboms {
+        let mut copy = Command::new(&oras);
+        copy.args(["copy", "--from-oci-layout"])
+            .arg(format!("{}@{sbom}", image.layout.display()))
+            // No tag: oras pushes it by digest.
+            .arg(&repository);
+        if is_loopback(&repository) {
+            copy.arg("--to-plain-http");
+        }
+        cmd::output(&mut copy)
+            .with_context(|| format!("pushing the SBOM {sbom} to {repository}"))?;
+        println!("image: pushed its SBOM {repository}@{sbom}");
+    }
+    Ok(())
+}
+
+/// `host:port/path` of `host:port/path:tag` (or `@digest`).
+fn repository_of(reference: &str) -> String {
+    let rest = reference.split_once('@').map_or(reference, |(r, _)| r);
+    let slash = rest.rfind('/').map_or(0, |i| i + 1);
+    match rest[slash..].rfind(':') {
+        Some(colon) => rest[..slash + colon].to_owned(),
+        None => rest.to_owned(),
+    }
+}
+
+/// Whether the registry of `repository` is on this machine (plain HTTP, as the local
+/// cluster's and the tests' registries serve).
+fn is_loopback(repository: &str) -> bool {
+    let host = repository.split('/').next().unwrap_or_default();
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    host == "localhost" || host.starts_with("127.") || host == "[::1]"
 }
 
 #[cfg(test)]

@@ -17,9 +17,13 @@
 //! - `image <name> [--push <registry>]`: a static binary in a minimal OCI image.
 //! - `deploy|undeploy <operator>`, `run <operator>`: install an operator on
 //!   the current cluster, or run it locally against it.
+//! - `charts [--check]`: regenerate the Helm charts under `deploy/<operator>/chart/`
+//!   from the kustomize trees, or fail on drift (and lint and compare them).
+//! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
 
 mod actionlint;
 mod bench;
+mod charts;
 mod cluster;
 mod crds;
 mod demo;
@@ -30,6 +34,7 @@ mod installers;
 mod pulsar;
 mod release;
 mod test;
+mod tools;
 mod version;
 
 use xtask::{cmd, paths};
@@ -63,6 +68,16 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Regenerate each operator's Helm chart under `deploy/<operator>/chart/`.
+    Charts {
+        /// Fail instead of writing when a committed chart differs from what the
+        /// kustomize tree generates; also lint the charts and compare their
+        /// renderings with kustomize's, object by object.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run a tool built from its Go module (`helm`, `oras`).
+    Tool(tools::ToolArgs),
     /// Write the single-file installers `deploy/<operator>/install.yaml`.
     ///
     /// Each is `kubectl kustomize deploy/<operator>` with the images pinned to
@@ -159,6 +174,8 @@ fn main() -> Result<()> {
         },
         Command::Demo(args) => demo::run(&args),
         Command::Crds { check } => crds::run(check),
+        Command::Charts { check } => charts::run(check),
+        Command::Tool(args) => tools::run(&args),
         Command::Installers(args) => installers::run(&args),
         Command::Release(args) => release::run(&args),
         Command::Actionlint => actionlint::run(),

@@ -118,14 +118,13 @@ fn regenerate(version: &Version) -> Result<()> {
     regenerate_charts(version)
 }
 
-/// The charts' `version`/`appVersion` and image tags, once the charts exist
-/// (`deploy/<operator>/chart/`, their own generator). Nothing yet: the hook is here so
-/// that the release regenerates them with everything else.
+/// The charts (`deploy/<operator>/chart/`), regenerated from the kustomize trees that the
+/// steps before have just moved to the new version.
 ///
 /// # Errors
-/// None today.
+/// When a chart cannot be generated (`cargo xtask charts`).
 pub fn regenerate_charts(_version: &Version) -> Result<()> {
-    Ok(())
+    crate::charts::run(false)
 }
 
 /// Today's date (UTC), `YYYY-MM-DD`.

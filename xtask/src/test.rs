@@ -80,6 +80,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
             })
         },
     )?;
+    step(
+        "Helm charts (drift, helm lint --strict, helm template = kubectl kustomize)",
+        || crate::charts::run(true),
+    )?;
     step("unit tests", || {
         run_counting(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
     })?;
@@ -266,6 +270,9 @@ pub(crate) fn e2e_cargo(kubeconfig: &std::path::Path, external: bool) -> Result<
     }
     test.env("E2E_KUBECONFIG", kubeconfig)
         .env("E2E_KUBECTL", kubectl_for_tests(external)?)
+        // The charts' and the images' tests run Helm and oras, built here once.
+        .env("E2E_HELM", crate::tools::helm()?)
+        .env("E2E_ORAS", crate::tools::oras()?)
         // anyhow errors of failed tests are read for their message, not a trace.
         .env("RUST_LIB_BACKTRACE", "0");
     Ok(test)

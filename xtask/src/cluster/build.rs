@@ -4,7 +4,9 @@
 //! developed and tested on, but the Go module proxy is reachable, so every
 //! binary is built from source with the modules under `xtask/cluster/<name>/`
 //! (their `go.mod` and `go.sum` are committed). The build output is cached
-//! outside the repository under `<cache>/cluster/<name>-<version>/bin`.
+//! outside the repository under `<cache>/cluster/<name>-<version>/bin`. The tools
+//! the checks run (Helm, oras) are built the same way from `xtask/tools/<name>/`
+//! into `<cache>/tools/`.
 
 use crate::cmd;
 use crate::paths;
@@ -16,9 +18,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// One Go module under `xtask/cluster/` and the binaries it builds.
+/// One Go module under `xtask/<folder>/` and the binaries it builds.
 pub struct Component {
-    /// Folder under `xtask/cluster/`, also the cache key prefix.
+    /// `cluster` (the local cluster's components) or `tools` (what the checks run:
+    /// Helm, oras): the folder under `xtask/` and the cache folder.
+    pub folder: &'static str,
+    /// Folder under `xtask/<folder>/`, also the cache key prefix.
     pub name: &'static str,
     /// The module whose version keys the cache (read from `go.mod`).
     pub module: &'static str,
@@ -31,6 +36,7 @@ pub struct Component {
 /// Kubernetes itself: API server, controller manager, scheduler, kubectl, and
 /// the real node's kubelet and kube-proxy.
 pub const KUBERNETES: Component = Component {
+    folder: "cluster",
     name: "kubernetes",
     module: "k8s.io/kubernetes",
     packages: &[
@@ -53,6 +59,7 @@ pub const KUBERNETES: Component = Component {
 
 /// etcd 3.6, through a wrapper around `etcdmain`.
 pub const ETCD: Component = Component {
+    folder: "cluster",
     name: "etcd",
     module: "go.etcd.io/etcd/server/v3",
     packages: &["."],
@@ -61,6 +68,7 @@ pub const ETCD: Component = Component {
 
 /// kwok, which simulates nodes and the pods scheduled onto them.
 pub const KWOK: Component = Component {
+    folder: "cluster",
     name: "kwok",
     module: "sigs.k8s.io/kwok",
     packages: &["sigs.k8s.io/kwok/cmd/kwok"],
@@ -70,6 +78,7 @@ pub const KWOK: Component = Component {
 /// containerd 2 (Kubernetes 1.36 needs it; Debian's 1.6 is too old), its runc
 /// shim and `ctr` for looking inside. runc itself is Debian's.
 pub const CONTAINERD: Component = Component {
+    folder: "cluster",
     name: "containerd",
     module: "github.com/containerd/containerd/v2",
     packages: &[
@@ -82,6 +91,7 @@ pub const CONTAINERD: Component = Component {
 
 /// The CNI plugins the real node's pod network uses.
 pub const CNI: Component = Component {
+    folder: "cluster",
     name: "cni",
     module: "github.com/containernetworking/plugins",
     packages: &[
@@ -95,6 +105,7 @@ pub const CNI: Component = Component {
 
 /// CoreDNS, through a wrapper that links only the plugins the cluster uses.
 pub const COREDNS: Component = Component {
+    folder: "cluster",
     name: "coredns",
     module: "github.com/coredns/coredns",
     packages: &["."],
@@ -107,7 +118,10 @@ pub const ALL: [&Component; 6] = [&ETCD, &KWOK, &KUBERNETES, &CNI, &CONTAINERD, 
 impl Component {
     /// The folder of the Go module in the repository.
     pub fn module_dir(&self) -> PathBuf {
-        paths::repo_root().join("xtask/cluster").join(self.name)
+        paths::repo_root()
+            .join("xtask")
+            .join(self.folder)
+            .join(self.name)
     }
 
     /// The version of `self.module` required by the wrapper's `go.mod`.
@@ -129,7 +143,7 @@ impl Component {
 
     /// The cache folder holding this component's binaries.
     pub fn bin_dir(&self) -> Result<PathBuf> {
-        Ok(paths::cache_dir("cluster")
+        Ok(paths::cache_dir(self.folder)
             .join(format!("{}-{}", self.name, self.version()?))
             .join("bin"))
     }
@@ -172,6 +186,11 @@ impl Component {
                 ));
             }
             "coredns" => {}
+            "helm" => {
+                flags.push_str(&format!(
+                    " -X helm.sh/helm/v3/internal/version.version={version}"
+                ));
+            }
             "cni" => {
                 flags.push_str(&format!(
                     " -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}"
@@ -189,9 +208,9 @@ impl Component {
         }
         if !cmd::on_path("go") {
             bail!(
-                "Go is needed to build the local test cluster ({} {}) but `go` is not on PATH.\n\
+                "Go is needed to build {} {} (for the local test cluster and its checks) but `go` is not on PATH.\n\
                  Install Go 1.26 or newer (for example `apt-get install golang-go` where it is new enough, \
-                 or the official tarball), then run `cargo xtask cluster up` again.\n\
+                 or the official tarball), then run the command again.\n\
                  Alternatively use any cluster you can reach: point KUBECONFIG at it and set \
                  E2E_KUBECONFIG to the same file so the tests use it instead.",
                 self.name,
@@ -205,7 +224,8 @@ impl Component {
         std::fs::create_dir_all(&tmp_dir)?;
         let start = Instant::now();
         println!(
-            "cluster: building {} {} ({}) from Go modules; the first build takes several minutes, later runs reuse {}",
+            "{}: building {} {} ({}) from Go modules; the first build takes several minutes, later runs reuse {}",
+            self.folder,
             self.name,
             version,
             self.binaries.join(", "),
@@ -253,7 +273,8 @@ impl Component {
             if last_report.elapsed() >= Duration::from_secs(20) {
                 last_report = Instant::now();
                 println!(
-                    "cluster: building {} {}: {} elapsed, {} packages compiled",
+                    "{}: building {} {}: {} elapsed, {} packages compiled",
+                    self.folder,
                     self.name,
                     version,
                     cmd::elapsed(start),
@@ -264,10 +285,14 @@ impl Component {
         let _ = reader.join();
         if !status.success() {
             let errors = errors.lock().map(|e| e.join("\n")).unwrap_or_default();
+            let other_cluster = if self.folder == "cluster" {
+                ", or use another cluster: point KUBECONFIG at it and set E2E_KUBECONFIG for the tests"
+            } else {
+                ""
+            };
             bail!(
                 "building {} {} failed ({status}):\n{errors}\n\
-                 Fix the Go toolchain or module download (GOPROXY must reach the Go module proxy), \
-                 or use another cluster: point KUBECONFIG at it and set E2E_KUBECONFIG for the tests.",
+                 Fix the Go toolchain or module download (GOPROXY must reach the Go module proxy){other_cluster}.",
                 self.name,
                 version
             );
@@ -277,7 +302,8 @@ impl Component {
         }
         std::fs::rename(&tmp_dir, &final_dir)?;
         println!(
-            "cluster: built {} {} in {}",
+            "{}: built {} {} in {}",
+            self.folder,
             self.name,
             version,
             cmd::elapsed(start)

@@ -55,10 +55,86 @@ pub(super) struct Layout {
     pub(super) blobs: Vec<Vec<u8>>,
     /// The digest of the last blob: the image's.
     pub(super) manifest_digest: String,
-    /// The layout's `index.json`.
+    /// The layout's `index.json`: the image (tagged) and its referrers.
     pub(super) index: Vec<u8>,
     /// Compressed layer plus config per platform (`linux/amd64`, bytes).
     pub(super) sizes: Vec<(String, u64)>,
+    /// Artifacts that refer to a manifest of the image (its SBOMs).
+    pub(super) referrers: Vec<Referrer>,
+}
+
+/// An OCI 1.1 artifact about a manifest of the image: its manifest (whose `subject` is
+/// that manifest) and its blobs.
+#[derive(Clone)]
+pub(super) struct Referrer {
+    /// The artifact's manifest.
+    pub(super) manifest: Vec<u8>,
+    /// Its config (the empty descriptor's `{}`) and its one layer.
+    pub(super) blobs: Vec<Vec<u8>>,
+    /// Its `artifactType`.
+    pub(super) artifact_type: String,
+}
+
+impl Referrer {
+    /// `sha256:...` of its manifest.
+    pub(super) fn digest(&self) -> String {
+        sha256(&self.manifest)
+    }
+
+    /// Its descriptor in `index.json`.
+    fn descriptor(&self) -> Value {
+        let mut desc = descriptor(MEDIA_MANIFEST, &self.manifest);
+        desc["artifactType"] = json!(self.artifact_type);
+        desc
+    }
+}
+
+/// The OCI 1.1 empty config of artifacts.
+const MEDIA_EMPTY: &str = "application/vnd.oci.empty.v1+json";
+
+/// `index.json`: the image's descriptor (tagged), then its referrers' (untagged).
+fn index_json(image: Value, referrers: &[Referrer]) -> Result<Vec<u8>> {
+    let mut manifests = vec![image];
+    manifests.extend(referrers.iter().map(Referrer::descriptor));
+    Ok(serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_INDEX,
+        "manifests": manifests,
+    }))?)
+}
+
+/// Stores `document` (of media type `artifact_type`) as an artifact whose subject is
+/// the layout's single-platform manifest (pure: same inputs, same bytes).
+pub(super) fn attach(
+    layout: &mut Layout,
+    artifact_type: &str,
+    title: &str,
+    document: Vec<u8>,
+    epoch: u64,
+) -> Result<()> {
+    let manifest = layout.blobs.last().context("an image without a manifest")?;
+    let subject = descriptor(MEDIA_MANIFEST, manifest);
+    let empty = b"{}".to_vec();
+    let mut layer = descriptor(artifact_type, &document);
+    layer["annotations"] = json!({"org.opencontainers.image.title": title});
+    let artifact = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_MANIFEST,
+        "artifactType": artifact_type,
+        "config": descriptor(MEDIA_EMPTY, &empty),
+        "layers": [layer],
+        "subject": subject,
+        "annotations": {"org.opencontainers.image.created": rfc3339(epoch)},
+    }))?;
+    layout.referrers.push(Referrer {
+        manifest: artifact,
+        blobs: vec![empty, document],
+        artifact_type: artifact_type.to_owned(),
+    });
+    let top: Value = serde_json::from_slice(&layout.index)?;
+    let image = top["manifests"][0].clone();
+    layout.index = index_json(image, &layout.referrers)?;
+    Ok(())
 }
 
 /// Assembles the image of `binary` (pure: same inputs, same bytes).
@@ -160,17 +236,14 @@ pub(super) fn assemble_spec(
     let mut manifest_desc = descriptor(MEDIA_MANIFEST, &manifest);
     manifest_desc["annotations"] = json!({"org.opencontainers.image.ref.name": tag});
     manifest_desc["platform"] = json!({"architecture": arch, "os": "linux"});
-    let index = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": MEDIA_INDEX,
-        "manifests": [manifest_desc],
-    }))?;
+    let index = index_json(manifest_desc, &[])?;
     let size = (layer.len() + config.len()) as u64;
     Ok(Layout {
         blobs: vec![layer, config, manifest],
         manifest_digest,
         index,
         sizes: vec![(platform.to_string(), size)],
+        referrers: Vec::new(),
     })
 }
 
@@ -182,7 +255,9 @@ pub(super) fn assemble_index(images: Vec<(Platform, Layout)>, tag: &str) -> Resu
     let mut manifests = Vec::new();
     let mut blobs: Vec<Vec<u8>> = Vec::new();
     let mut sizes = Vec::new();
+    let mut referrers = Vec::new();
     for (platform, image) in images {
+        referrers.extend(image.referrers.iter().cloned());
         let manifest = image.blobs.last().context("an image without a manifest")?;
         let mut desc = descriptor(MEDIA_MANIFEST, manifest);
         desc["platform"] = json!({"architecture": platform.arch(), "os": "linux"});
@@ -202,17 +277,14 @@ pub(super) fn assemble_index(images: Vec<(Platform, Layout)>, tag: &str) -> Resu
     let digest = sha256(&index_blob);
     let mut desc = descriptor(MEDIA_INDEX, &index_blob);
     desc["annotations"] = json!({"org.opencontainers.image.ref.name": tag});
-    let index = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": MEDIA_INDEX,
-        "manifests": [desc],
-    }))?;
+    let index = index_json(desc, &referrers)?;
     blobs.push(index_blob);
     Ok(Layout {
         blobs,
         manifest_digest: digest,
         index,
         sizes,
+        referrers,
     })
 }
 
@@ -234,7 +306,11 @@ pub(super) fn layout_entries(layout: &Layout) -> Vec<tar::Entry> {
         Entry::dir("blobs/sha256", 0o755),
     ];
     let mut seen = std::collections::BTreeSet::new();
-    for blob in &layout.blobs {
+    let referrers = layout
+        .referrers
+        .iter()
+        .flat_map(|r| r.blobs.iter().chain([&r.manifest]));
+    for blob in layout.blobs.iter().chain(referrers) {
         let path = blob_path(&sha256(blob));
         if seen.insert(path.clone()) {
             entries.push(Entry::file(&path, 0o644, blob.clone()));

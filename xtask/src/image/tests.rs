@@ -182,3 +182,75 @@ fn tags() {
     assert!(check_tag("-x").is_err());
     assert!(check_tag("a:b").is_err());
 }
+
+#[test]
+fn an_sbom_refers_to_its_platforms_manifest_and_is_listed_in_the_layout() -> Result<()> {
+    let mut amd = assemble("x", Platform::AMD64, "t", &pkg(), b"amd", b"ca".to_vec(), 0)?;
+    let mut arm = assemble("x", Platform::ARM64, "t", &pkg(), b"arm", b"ca".to_vec(), 0)?;
+    let amd_manifest = sha256(amd.blobs.last().context("no manifest")?);
+    attach(
+        &mut amd,
+        "application/spdx+json",
+        "x.spdx.json",
+        b"{\"a\":1}".to_vec(),
+        0,
+    )?;
+    attach(
+        &mut arm,
+        "application/spdx+json",
+        "x.spdx.json",
+        b"{\"b\":2}".to_vec(),
+        0,
+    )?;
+    // Attaching leaves the image as it was: same digest, the manifest still last.
+    assert_eq!(amd.manifest_digest, amd_manifest);
+    let artifact: Value = serde_json::from_slice(&amd.referrers[0].manifest)?;
+    assert_eq!(artifact["artifactType"], "application/spdx+json");
+    assert_eq!(artifact["subject"]["digest"], json!(amd_manifest));
+    assert_eq!(
+        artifact["config"]["mediaType"],
+        "application/vnd.oci.empty.v1+json"
+    );
+    assert_eq!(artifact["layers"][0]["digest"], json!(sha256(b"{\"a\":1}")));
+    let l = assemble_index(vec![(Platform::AMD64, amd), (Platform::ARM64, arm)], "t")?;
+    let top: Value = serde_json::from_slice(&l.index)?;
+    let manifests = top["manifests"].as_array().context("no manifests")?;
+    assert_eq!(manifests.len(), 3, "the index, then one SBOM per platform");
+    assert_eq!(manifests[0]["digest"], json!(l.manifest_digest));
+    for (m, referrer) in manifests[1..].iter().zip(&l.referrers) {
+        assert_eq!(m["artifactType"], "application/spdx+json");
+        assert_eq!(m["digest"], json!(referrer.digest()));
+        assert!(
+            m["annotations"].is_null(),
+            "untagged: the tag names the image"
+        );
+    }
+    // Every blob of the artifacts is written, once.
+    let entries = layout_entries(&l);
+    for referrer in &l.referrers {
+        for blob in referrer.blobs.iter().chain([&referrer.manifest]) {
+            let path = blob_path(&sha256(blob));
+            assert_eq!(
+                entries.iter().filter(|e| e.path == path).count(),
+                1,
+                "{path}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn registries_on_this_machine_are_plain_http() {
+    assert_eq!(
+        repository_of("127.0.0.1:15000/op:0.1.0"),
+        "127.0.0.1:15000/op"
+    );
+    assert_eq!(
+        repository_of("reg.example:5000/a/op@sha256:ab"),
+        "reg.example:5000/a/op"
+    );
+    assert!(is_loopback("127.0.0.1:15000/op"));
+    assert!(is_loopback("localhost:5000/op"));
+    assert!(!is_loopback("ghcr.io/o/op"));
+}
