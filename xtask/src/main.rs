@@ -20,6 +20,7 @@
 //! - `charts [--check]`: regenerate the Helm charts under `deploy/<operator>/chart/`
 //!   from the kustomize trees, or fail on drift (and lint and compare them).
 //! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
+//! - `check-docs`: every relative link and `cargo xtask` command in the docs exists.
 
 mod actionlint;
 mod bench;
@@ -29,6 +30,7 @@ mod crds;
 mod demo;
 mod deploy;
 mod deps;
+mod docs;
 mod image;
 mod installers;
 mod pulsar;
@@ -95,6 +97,9 @@ enum Command {
     Release(release::ReleaseArgs),
     /// Lint `.github/workflows/` with actionlint (built from its Go module).
     Actionlint,
+    /// Check the docs (README.md, CHANGELOG.md, docs/, operators' READMEs): every
+    /// relative link and heading anchor, and every `cargo xtask` command they name.
+    CheckDocs,
     /// Run everything CI runs.
     Test(test::TestArgs),
     /// Build an OCI image of one binary under `target/images/` (and push it).
@@ -179,6 +184,7 @@ fn main() -> Result<()> {
         Command::Installers(args) => installers::run(&args),
         Command::Release(args) => release::run(&args),
         Command::Actionlint => actionlint::run(),
+        Command::CheckDocs => docs::run(<Cli as clap::CommandFactory>::command()),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),
         Command::Deploy(args) => deploy::deploy(&args),

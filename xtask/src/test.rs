@@ -68,6 +68,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
     step("hadolint (Dockerfiles)", hadolint)?;
     step("actionlint (.github/workflows)", crate::actionlint::run)?;
     step("CRD drift check", || crds::run(true))?;
+    step("docs: links and `cargo xtask` commands", || {
+        crate::docs::run(<crate::Cli as clap::CommandFactory>::command())
+    })?;
     step(
         "installer drift check (deploy/<operator>/install.yaml)",
         || {
