@@ -1,6 +1,6 @@
 //! The HTTP endpoints: `/metrics` on the metrics address, `/healthz` and `/readyz` on the
 //! health-probe address (both on one listener when the addresses are equal and metrics
-//! are plain HTTP). Every server runs [`crate::serving`]'s loop: header-read and idle
+//! are plain HTTP). Every server runs [`serving`]'s loop: header-read and idle
 //! timeouts, a head-size limit, a connection limit and a per-peer one, fixed socket
 //! buffers and a body limit: [`Limits::PROBES`] for the probes, [`Limits::METRICS`] for
 //! `/metrics`. Both together hold at most ~13 MiB with every slot taken (64 KiB metrics
@@ -10,7 +10,7 @@
 //! The probe port is for the kubelet only: no Service of `deploy/` exposes it. Without the
 //! optional network policy any pod can still reach it by the pod's IP; a pod that floods it
 //! holds at most 8 of its 64 slots, and the kubelet, holding fewer, displaces a connection
-//! of whoever holds the most when all are taken (see [`crate::serving`]).
+//! of whoever holds the most when all are taken (see [`serving`]).
 
 use std::{
     net::SocketAddr,
@@ -24,15 +24,12 @@ use axum::{
     Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
 };
 
-use crate::serving::Limits;
 use kube::Client;
+use serving::Limits;
 
-use crate::{
-    cli::RunArgs,
-    error::Error,
-    metrics::Metrics,
-    metrics_auth::{self, ApiServerReviewer, Authorizer, CertFiles},
-};
+#[cfg(feature = "secure-metrics")]
+use crate::metrics_auth::{self, ApiServerReviewer, Authorizer, CertFiles};
+use crate::{cli::RunArgs, error::Error, metrics::Metrics};
 
 /// Readiness shared between the runner and `/readyz`, with a detail for the body (the
 /// namespaces whose watches fail, for instance).
@@ -112,6 +109,7 @@ pub enum MetricsSecurity {
     /// Plain HTTP, no authentication.
     Plain,
     /// HTTPS, every request authenticated and authorized (see [`crate::metrics_auth`]).
+    #[cfg(feature = "secure-metrics")]
     Secure {
         /// The TLS configuration.
         tls: Arc<rustls::ServerConfig>,
@@ -143,29 +141,7 @@ pub struct Endpoints {
 pub fn endpoints_from_args(args: &RunArgs, client: &Client) -> Result<Endpoints, Error> {
     let metrics = args.metrics_bind_address.0;
     let metrics_security = match metrics {
-        Some(addr) if args.metrics_secure => {
-            let files = args.metrics_cert_path.as_ref().map(|dir| CertFiles {
-                cert: dir.join(&args.metrics_cert_name),
-                key: dir.join(&args.metrics_cert_key),
-            });
-            let tls = metrics_auth::tls_config(files.as_ref()).map_err(|source| Error::Serve {
-                what: "metrics",
-                addr,
-                source,
-            })?;
-            match &files {
-                Some(files) => {
-                    tracing::info!(cert = %files.cert.display(), "metrics: HTTPS with the given certificate")
-                }
-                None => tracing::info!(
-                    "metrics: HTTPS with a self-signed certificate generated at startup"
-                ),
-            }
-            MetricsSecurity::Secure {
-                tls,
-                authorizer: Arc::new(Authorizer::new(ApiServerReviewer::new(client.clone()))),
-            }
-        }
+        Some(addr) if args.metrics_secure => secure_metrics(args, client, addr)?,
         _ => MetricsSecurity::Plain,
     };
     Ok(Endpoints {
@@ -174,6 +150,48 @@ pub fn endpoints_from_args(args: &RunArgs, client: &Client) -> Result<Endpoints,
         health: args.health_probe_bind_address.0,
         probe_limits: Limits::PROBES,
         metrics_limits: Limits::METRICS,
+    })
+}
+
+/// `--metrics-secure`: the certificate loaded or generated, requests reviewed with `client`.
+#[cfg(feature = "secure-metrics")]
+fn secure_metrics(
+    args: &RunArgs,
+    client: &Client,
+    addr: SocketAddr,
+) -> Result<MetricsSecurity, Error> {
+    let files = args.metrics_cert_path.as_ref().map(|dir| CertFiles {
+        cert: dir.join(&args.metrics_cert_name),
+        key: dir.join(&args.metrics_cert_key),
+    });
+    let tls = metrics_auth::tls_config(files.as_ref()).map_err(|source| Error::Serve {
+        what: "metrics",
+        addr,
+        source,
+    })?;
+    match &files {
+        Some(files) => {
+            tracing::info!(cert = %files.cert.display(), "metrics: HTTPS with the given certificate")
+        }
+        None => {
+            tracing::info!("metrics: HTTPS with a self-signed certificate generated at startup")
+        }
+    }
+    Ok(MetricsSecurity::Secure {
+        tls,
+        authorizer: Arc::new(Authorizer::new(ApiServerReviewer::new(client.clone()))),
+    })
+}
+
+/// `--metrics-secure` in a build without the `secure-metrics` feature.
+#[cfg(not(feature = "secure-metrics"))]
+fn secure_metrics(_: &RunArgs, _: &Client, addr: SocketAddr) -> Result<MetricsSecurity, Error> {
+    Err(Error::Serve {
+        what: "metrics",
+        addr,
+        source: std::io::Error::other(
+            "--metrics-secure: this build has no HTTPS metrics (shared's feature secure-metrics); pass --metrics-secure=false",
+        ),
     })
 }
 
@@ -209,7 +227,7 @@ pub async fn serve(
         probe_limits,
         metrics_limits,
     } = endpoints;
-    let secure = matches!(metrics_security, MetricsSecurity::Secure { .. });
+    let secure = !matches!(metrics_security, MetricsSecurity::Plain);
     let mut routers: Vec<(&'static str, SocketAddr, Router, MetricsSecurity, Limits)> = Vec::new();
     match (metrics_addr, health_addr) {
         (Some(ma), Some(ha)) if ma == ha && secure => {
@@ -263,20 +281,21 @@ pub async fn serve(
         match security {
             MetricsSecurity::Plain => {
                 tracing::info!(%addr, "serving {what} (http)");
-                tokio::spawn(crate::serving::serve_plain(
+                tokio::spawn(serving::serve_plain(
                     listener,
                     router,
                     limits,
                     std::future::pending(),
                 ));
             }
+            #[cfg(feature = "secure-metrics")]
             MetricsSecurity::Secure { tls, authorizer } => {
                 tracing::info!(%addr, "serving {what} (https, authenticated and authorized by the API server)");
                 let router = router.layer(axum::middleware::from_fn_with_state(
                     authorizer,
                     metrics_auth::require_authorized,
                 ));
-                tokio::spawn(crate::serving::serve(
+                tokio::spawn(serving::serve(
                     listener,
                     router,
                     limits,
@@ -464,7 +483,7 @@ mod tests {
     fn args(flags: &[&str]) -> RunArgs {
         let mut all = vec!["op"];
         all.extend_from_slice(flags);
-        crate::Cli::try_parse_from_for("op", all).unwrap().run
+        crate::cli::Cli::try_parse_from_for("op", all).unwrap().run
     }
 
     /// A client that never connects (building endpoints makes no request).

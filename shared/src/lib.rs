@@ -1,70 +1,50 @@
 //! The thin common crate of the operators in this workspace.
 //!
-//! Everything every operator needs and nothing any single one needs alone. The data flow
-//! of a running operator, module by module:
+//! What an operator calls, and nothing else, is public:
+//! - [`run`]: [`Operator`] describes one (its name, CRD, controller and reconcile) and
+//!   `Operator::run` is its whole `main`; [`Toolkit`] is what a reconcile gets (the
+//!   client, the recorder of events, the status writer).
+//! - [`namespaces`]: the scopes an operator watches (`--watch-namespace`) and the
+//!   reflector stores of each ([`Scope`], [`namespaces::ScopedStores`]).
+//! - The reconcile kit: [`apply`] (server-side apply, owner references), [`ownership`]
+//!   (never adopting a stranger's child), [`conditions`], [`status`] (status patches
+//!   that remove what left), [`events`] (what a transition announces), [`slim`] (caches
+//!   of pods without what no reconcile reads), [`pod_security`] (the `restricted`
+//!   profile), [`backoff`] and [`expiring`] (per-object pacing and bookkeeping),
+//!   [`metrics`] (per-object gauges an operator adds to `/metrics`), and [`error`].
 //!
-//! [`cli`] parses the command line -> [`telemetry`] starts logging -> [`run`] connects,
-//! checks the CRD, serves [`metrics`] and [`health`], wins [`leader`] election and starts
-//! one kube-runtime `Controller` per [`namespaces`] scope -> the operator's reconcile builds
-//! desired children and writes them with [`apply`] -> [`conditions`] summarise what it
-//! observed -> [`status`] writes them and [`events`] announce their transitions ->
-//! [`backoff`] paces retries. With `--kube-api-qps`, every API request of the kube client
-//! waits for a token of [`rate_limit`]'s bucket; it is sent again when the API server
-//! answers 429 Too Many Requests.
-//!
-//! [`serving`] is the one HTTP/1 loop of every server here (with limits and timeouts);
-//! it is all the crate has without its default `operator` feature, which is how the
-//! lolcow web app uses it without linking kube.
+//! The runner behind `Operator::run` is private: it parses the command line, starts
+//! logging, connects (with the optional client-side rate limit), checks the CRD, serves
+//! `/metrics` and the probes on the `serving` crate's loop (HTTPS with the API server's
+//! authentication and authorization with the default `secure-metrics` feature), wins
+//! leader election on its own thread, and runs one kube-runtime `Controller` per
+//! namespace scope. The operators' reconcile tests run against the scripted API server
+//! of the `shared-testing` crate. The data flow is in
+//! `docs/design.md`.
 
-#[cfg(feature = "operator")]
 pub mod apply;
-#[cfg(feature = "operator")]
 pub mod backoff;
-#[cfg(feature = "operator")]
-pub mod cli;
-#[cfg(feature = "operator")]
+mod cli;
+mod client;
 pub mod conditions;
-#[cfg(feature = "operator")]
 pub mod error;
-#[cfg(feature = "operator")]
 pub mod events;
-#[cfg(feature = "operator")]
 pub mod expiring;
-#[cfg(feature = "operator")]
-pub mod health;
-#[cfg(feature = "operator")]
-pub mod leader;
-#[cfg(feature = "operator")]
+mod health;
+mod leader;
 pub mod metrics;
-#[cfg(feature = "operator")]
-pub mod metrics_auth;
-#[cfg(feature = "operator")]
+#[cfg(feature = "secure-metrics")]
+mod metrics_auth;
 pub mod namespaces;
-#[cfg(feature = "operator")]
 pub mod ownership;
-#[cfg(feature = "operator")]
 pub mod pod_security;
-#[cfg(feature = "operator")]
-pub mod process_metrics;
-#[cfg(feature = "operator")]
-pub mod rate_limit;
-#[cfg(feature = "operator")]
+mod process_metrics;
+mod rate_limit;
 pub mod run;
-pub mod serving;
-#[cfg(feature = "operator")]
 pub mod slim;
-#[cfg(feature = "operator")]
 pub mod status;
-#[cfg(feature = "operator")]
-pub mod telemetry;
-#[cfg(feature = "testing")]
-pub mod testing;
+mod telemetry;
 
-#[cfg(feature = "operator")]
-pub use cli::{Cli, Command, RunArgs};
-#[cfg(feature = "operator")]
 pub use error::{Error, ReconcileError};
-#[cfg(feature = "operator")]
 pub use namespaces::{Scope, WatchNamespaces};
-#[cfg(feature = "operator")]
 pub use run::{Operator, Toolkit};

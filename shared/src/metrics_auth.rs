@@ -487,7 +487,7 @@ fn self_signed() -> io::Result<CertAndKey> {
     ))
 }
 
-/// The TLS handshake for [`crate::serving::serve`].
+/// The TLS handshake for [`serving::serve`].
 pub fn tls_handshake(
     config: Arc<rustls::ServerConfig>,
 ) -> impl Fn(TcpStream) -> BoxFuture<'static, io::Result<tokio_rustls::server::TlsStream<TcpStream>>>

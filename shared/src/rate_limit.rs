@@ -72,6 +72,7 @@ impl ClientRateLimit {
     }
 
     /// Tokens added per second (negative: no limit).
+    #[cfg(test)]
     #[must_use]
     pub fn qps(&self) -> f32 {
         self.qps
@@ -84,6 +85,7 @@ impl ClientRateLimit {
     }
 
     /// The bucket's size: requests allowed at once after a quiet spell.
+    #[cfg(test)]
     #[must_use]
     pub fn burst(&self) -> u32 {
         self.burst

@@ -398,7 +398,7 @@ fn connect(
     config: kube::Config,
     limit: ClientRateLimit,
 ) -> Result<Client, Error> {
-    metrics.client(config, limit).map_err(no_credentials)
+    crate::client::client(config, metrics, limit).map_err(no_credentials)
 }
 
 fn no_credentials(source: kube::Error) -> Error {

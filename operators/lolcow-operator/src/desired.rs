@@ -245,7 +245,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::lolcow;
-    use shared::testing::{assert_restricted_pod, selected_pod_spec};
+    use shared_testing::{assert_restricted_pod, selected_pod_spec};
 
     #[test]
     fn deployment_is_restricted_owned_and_configured() {

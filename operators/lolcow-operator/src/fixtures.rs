@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 
-use shared::testing::stored;
+use shared_testing::stored;
 
 use crate::api::{Lolcow, LolcowSpec};
 

@@ -271,7 +271,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::lolcow;
-    use shared::testing::{Reply, Scripted, reconcile_scripted, toolkit};
+    use shared_testing::{Reply, Scripted, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/moo";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/moo";

@@ -12,10 +12,8 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
 
-use shared::{
-    slim::SlimPod,
-    testing::{pod_status, stored},
-};
+use shared::slim::SlimPod;
+use shared_testing::{pod_status, stored};
 
 use crate::{
     api::{Memcached, MemcachedSpec},
@@ -89,6 +87,6 @@ pub(crate) fn deployment(mc: &Memcached, replicas: i32, available: i32) -> Deplo
 }
 
 /// A client answered by `api`.
-pub(crate) fn mocked_client(api: &shared::testing::Scripted) -> kube::Client {
+pub(crate) fn mocked_client(api: &shared_testing::Scripted) -> kube::Client {
     api.client()
 }

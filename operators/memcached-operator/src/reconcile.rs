@@ -365,7 +365,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{memcached, mocked_client};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use shared::testing::{Reply, Scripted, assert_events, toolkit};
+    use shared_testing::{Reply, Scripted, assert_events, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";

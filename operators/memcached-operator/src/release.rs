@@ -324,7 +324,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pass_releases_what_it_can_and_leaves_what_changed() {
-        use shared::testing::{Reply, Scripted};
+        use shared_testing::{Reply, Scripted};
         let item = |name: &str, deleting: bool, finalizers: &[&str]| {
             let mut m = meta(deleting, finalizers);
             m.name = Some(name.into());

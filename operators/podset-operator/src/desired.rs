@@ -146,7 +146,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{pod_created as pod, podset, t};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use shared::testing::assert_restricted_pod;
+    use shared_testing::assert_restricted_pod;
 
     #[test]
     fn pod_is_restricted_and_owned() {

@@ -3,10 +3,8 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use shared::{
-    slim::SlimPod,
-    testing::{pod_status, stored},
-};
+use shared::slim::SlimPod;
+use shared_testing::{pod_status, stored};
 
 use crate::api::{PodSet, PodSetSpec};
 

@@ -541,7 +541,7 @@ mod tests {
     /// Reconcile against a scripted API server: the answers a real cluster rarely gives.
     mod api {
         use super::*;
-        use shared::testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
+        use shared_testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
 
         const STATUS: &str =
             "PATCH /apis/batch.tutorial.kubebuilder.io/v1/namespaces/ns/podsets/ps/status";

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 
-use shared::testing::stored;
+use shared_testing::stored;
 
 use crate::{
     api::{PulsarConsumer, PulsarConsumerSpec},

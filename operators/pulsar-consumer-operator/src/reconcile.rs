@@ -414,7 +414,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::consumer;
-    use shared::testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
+    use shared_testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
     const APPLY_DEPLOYMENT: &str =

@@ -1,5 +1,5 @@
 //! The tower layer that counts every request of the kube client in
-//! `rest_client_requests_total{code,method,host}` ([`super::Metrics::client`]).
+//! `rest_client_requests_total{code,method,host}` (`crate::client`).
 
 use std::{
     sync::Arc,
@@ -12,13 +12,13 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 
 use super::Labels;
 
-/// The tower layer behind [`Metrics::client`].
+/// The tower layer behind `crate::client`.
 #[derive(Debug, Clone)]
-pub(super) struct RestClientMetrics {
+pub(crate) struct RestClientMetrics {
     /// `rest_client_requests_total`.
-    pub(super) requests: Family<Labels, Counter>,
+    pub(crate) requests: Family<Labels, Counter>,
     /// The API server's `host:port`, the `host` label.
-    pub(super) host: Arc<str>,
+    pub(crate) host: Arc<str>,
 }
 
 impl<S> tower_layer::Layer<S> for RestClientMetrics {
@@ -34,7 +34,7 @@ impl<S> tower_layer::Layer<S> for RestClientMetrics {
 
 /// Counts each request of the inner service by status code, method and host.
 #[derive(Debug, Clone)]
-pub(super) struct RestClientMetricsService<S> {
+pub(crate) struct RestClientMetricsService<S> {
     inner: S,
     metrics: RestClientMetrics,
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use shared::serving::Limits;
+use serving::Limits;
 
 /// Serve a cow saying a greeting over HTTP.
 #[derive(Debug, Clone, Parser)]

@@ -10,7 +10,7 @@
 //!   the page, however many and however slow, cannot keep the probes from
 //!   being answered. The lolcow operator's Deployment probes that port.
 //!
-//! Both listeners run `shared::serving`'s loop: header-read and idle
+//! Both listeners run `serving`'s loop: header-read and idle
 //! timeouts, head-size and connection limits, a per-client-address limit,
 //! fixed socket buffers (the page with `Limits::PUBLIC` changed by the flags,
 //! the probes with `Limits::PROBES`). Every slot of both taken, they hold at

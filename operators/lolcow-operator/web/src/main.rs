@@ -7,7 +7,7 @@ use std::io::IsTerminal as _;
 use anyhow::Context as _;
 use clap::Parser as _;
 use lolcow_web::{config::Config, fortune, server};
-use shared::serving::{Limits, serve_plain};
+use serving::{Limits, serve_plain};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 

@@ -5,7 +5,7 @@
 //! - `GET /metrics`: the counters below in the Prometheus/OpenMetrics text
 //!   format.
 //!
-//! Served by `shared::serving`'s loop with [`LIMITS`]: a client that opens
+//! Served by `serving`'s loop with [`LIMITS`]: a client that opens
 //! connections and never finishes its request (or trickles it) is closed at the
 //! header-read timeout, one client address holds at most 8 of the 64 slots, and
 //! heads over 8 KiB are refused, so neither the kubelet's readiness probe nor a
@@ -25,7 +25,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use shared::serving::Limits;
+use serving::Limits;
 
 /// The HTTP server's limits: the kubelet's probe and scrapers, as the
 /// operators' probe and metrics listeners ([`Limits::PROBES`]); 4 s to finish
@@ -178,7 +178,7 @@ impl Server {
     /// Serves until `shutdown` completes, then finishes in-flight requests
     /// (within [`LIMITS`]' grace period).
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) {
-        shared::serving::serve_plain(self.listener, router(self.metrics), LIMITS, shutdown).await;
+        serving::serve_plain(self.listener, router(self.metrics), LIMITS, shutdown).await;
     }
 }
 

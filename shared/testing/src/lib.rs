@@ -1,5 +1,5 @@
-//! Test support (feature `testing`, enabled by the operators' dev-dependencies only): a
-//! scripted API server to run a reconcile against, for the answers a real cluster rarely
+//! Test support for the operators' reconcile tests (a dev-dependency only, never in a
+//! binary): a scripted API server to run a reconcile against, for the answers a real cluster rarely
 //! gives (403, 404 on a status write, 409, 422).
 //!
 //! [`Scripted`] answers the requests in the order they come, records each, and answers
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
 use kube::{Client, client::Body, core::Status};
 use serde_json::Value;
 
-use crate::{WatchNamespaces, events::Events, metrics::Metrics, run::Operator, run::Toolkit};
+use shared::{WatchNamespaces, events::Events, metrics::Metrics, run::Operator, run::Toolkit};
 
 /// What the scripted API server answers to one request.
 #[derive(Debug, Clone)]
