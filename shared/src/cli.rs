@@ -3,8 +3,9 @@
 
 use std::{net::SocketAddr, str::FromStr, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
+pub use crate::leader::LeaderElectionMode;
 use crate::namespaces::WatchNamespaces;
 
 /// The command line of an operator binary.
@@ -292,16 +293,6 @@ impl BindAddress {
     }
 }
 
-/// How leadership is held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LeaderElectionMode {
-    /// A `coordination.k8s.io/v1` Lease, renewed while leading (controller-runtime's way).
-    Lease,
-    /// operator-sdk's leader-for-life: a ConfigMap owned by the operator's own Pod
-    /// (`POD_NAME`, `POD_NAMESPACE`), released only when that Pod is gone.
-    ForLife,
-}
-
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -322,7 +313,7 @@ impl RunArgs {
         })
     }
 
-    /// The tracing filter directive from the flags (RUST_LOG is applied by [`crate::telemetry`]).
+    /// The tracing filter directive from the flags (`RUST_LOG` is applied when logging starts).
     #[must_use]
     pub fn effective_log_level(&self) -> String {
         match self.log_level.as_deref() {

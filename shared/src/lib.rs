@@ -44,6 +44,7 @@ pub mod run;
 pub mod slim;
 pub mod status;
 mod telemetry;
+mod toolkit;
 
 pub use error::{Error, ReconcileError};
 pub use namespaces::{Scope, WatchNamespaces};

@@ -6,7 +6,7 @@
 //! - the work queue's (`workqueue_*{name,controller}`, `pkg/metrics/workqueue.go`);
 //! - the API client's `rest_client_requests_total{code,method,host}`
 //!   (`pkg/metrics/client_go_adapter.go`), counted by a layer on the kube client
-//!   ([`Metrics::client`]), every attempt of a retried request included;
+//!   (see the client module), every attempt of a retried request included;
 //! - `leader_election_master_status{name}` (`pkg/metrics/leaderelection.go`);
 //! - the process collector's `process_*` (client_golang), read from `/proc` at each scrape.
 //!
@@ -461,7 +461,7 @@ impl Metrics {
     }
 
     /// The layer that counts each request of a kube client to the API server at `host`
-    /// in `rest_client_requests_total{code,method,host}` (see `crate::client`).
+    /// in `rest_client_requests_total{code,method,host}` (the kube client stacks it).
     pub(crate) fn rest_client_layer(&self, host: Arc<str>) -> RestClientMetrics {
         RestClientMetrics {
             requests: self.rest_client_requests_total.clone(),

@@ -502,7 +502,7 @@ pub fn tls_handshake(
     }
 }
 
-/// Certificate files for the tests of this module and of [`crate::health`].
+/// Certificate files for the tests of this module and of the health module.
 #[cfg(test)]
 pub(crate) mod test_files {
     #![allow(clippy::unwrap_used)]

@@ -5,7 +5,7 @@
 //! Requests, 503 Service Unavailable with `Retry-After`) are sent again after the wait the
 //! server asks for ([`RetryThrottled`]).
 //!
-//! [`crate::metrics::Metrics::client`] stacks them as
+//! The kube client (the client module) stacks them as
 //! `RetryThrottled -> RateLimit -> rest_client_requests_total -> kube`, so every attempt,
 //! retries included, waits for a token and is counted.
 //!

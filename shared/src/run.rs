@@ -2,7 +2,7 @@
 //! metrics and probes, wins leader election and runs one controller per watched scope
 //! until SIGTERM/SIGINT (graceful: in-flight reconciles finish, the lease is released).
 
-use std::{fmt::Debug, future::Future, sync::Arc};
+use std::{future::Future, sync::Arc};
 
 use futures::{FutureExt, StreamExt, future::Shared};
 use kube::{
@@ -16,6 +16,8 @@ use kube::{
 
 mod guard;
 mod resync;
+
+pub use crate::toolkit::{Operator, Toolkit};
 
 use guard::{Guard, on_controller_result};
 use resync::{Admission, RESYNC_QUEUED, resyncs};
@@ -31,40 +33,6 @@ use crate::{
     namespaces::{self, Scope, ScopeStatus, WatchNamespaces, Watched},
     rate_limit::ClientRateLimit,
 };
-
-/// Names of an operator.
-#[derive(Debug, Clone, Copy)]
-pub struct Operator {
-    /// The operator's name: binary, field manager, event reporter, `deploy/<name>/` folder.
-    pub name: &'static str,
-    /// The controller's name (the `controller` label of metrics and logs), e.g. `podset`.
-    pub controller: &'static str,
-}
-
-/// What the runner hands an operator to build its reconcile context from.
-#[derive(Clone)]
-pub struct Toolkit {
-    /// The Kubernetes client.
-    pub client: Client,
-    /// Event publisher reporting as the operator.
-    pub events: Events,
-    /// Process metrics.
-    pub metrics: Metrics,
-    /// The operator's names (its `name` is the field manager).
-    pub operator: Operator,
-    /// What is watched; nothing outside may be touched.
-    pub watch_namespaces: WatchNamespaces,
-    /// Status writes the cache has not shown yet ([`Toolkit::publish_status`]).
-    pub status_writes: std::sync::Arc<crate::status::StatusWrites>,
-}
-
-impl Debug for Toolkit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Toolkit")
-            .field("operator", &self.operator)
-            .finish_non_exhaustive()
-    }
-}
 
 /// The longest `--reconcile-debounce` postpones an object that keeps getting triggers.
 pub const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);

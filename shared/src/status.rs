@@ -20,7 +20,6 @@ use crate::{
     error::Error,
     events::{Announce, Events, announcements},
     expiring::Expiring,
-    run::Toolkit,
 };
 
 /// The status writes whose watch event has not reached the cache yet, by object UID.
@@ -65,7 +64,12 @@ impl StatusWrites {
     /// shows another version. `new` runs only when a write from `version` is remembered
     /// (rarely: at rest the map is empty), so a reconcile does not serialise its status
     /// for nothing.
-    fn already_written(&self, uid: &str, version: &str, new: impl FnOnce() -> Option<u64>) -> bool {
+    pub(crate) fn already_written(
+        &self,
+        uid: &str,
+        version: &str,
+        new: impl FnOnce() -> Option<u64>,
+    ) -> bool {
         let Ok(mut written) = self.written.lock() else {
             return false;
         };
@@ -81,7 +85,7 @@ impl StatusWrites {
     }
 
     /// Records that `new` (hashed) was written from version `version` of `uid`.
-    fn wrote(&self, uid: &str, version: &str, new: u64) {
+    pub(crate) fn wrote(&self, uid: &str, version: &str, new: u64) {
         if let Ok(mut written) = self.written.lock() {
             let at = Instant::now();
             written.touched(at);
@@ -110,7 +114,7 @@ impl StatusWrites {
 }
 
 /// A hash of `status`'s JSON (`None` when it does not serialize).
-fn status_hash<S: Serialize>(status: &S) -> Option<u64> {
+pub(crate) fn status_hash<S: Serialize>(status: &S) -> Option<u64> {
     let json = serde_json::to_vec(status).ok()?;
     let mut hasher = DefaultHasher::new();
     json.hash(&mut hasher);
@@ -153,46 +157,4 @@ where
         .announce(obj, &announcements(old, new.conditions(), announced))
         .await;
     Ok(true)
-}
-
-impl Toolkit {
-    /// [`publish_status`] of `obj` through the API of its namespace, announcing with this
-    /// operator's events: the tail of every reconcile.
-    ///
-    /// # Errors
-    /// As [`publish_status`].
-    pub async fn publish_status<K>(
-        &self,
-        obj: &K,
-        new: &K::Status,
-        announced: &[Announce],
-    ) -> Result<bool, Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + HasStatus
-            + DeserializeOwned
-            + Clone
-            + std::fmt::Debug,
-        K::Status: Serialize + PartialEq + HasConditions,
-    {
-        let api = Api::namespaced(self.client.clone(), &obj.namespace().unwrap_or_default());
-        let meta = obj.meta();
-        let seen = meta.uid.as_deref().zip(meta.resource_version.as_deref());
-        if let Some((uid, version)) = seen
-            && self
-                .status_writes
-                .already_written(uid, version, || status_hash(new))
-        {
-            tracing::debug!(object = %obj.name_any(), "status already written; the cache lags");
-            return Ok(false);
-        }
-        let wrote = publish_status(&api, &self.events, obj, new, announced).await?;
-        if wrote
-            && let Some((uid, version)) = seen
-            && let Some(hash) = status_hash(new)
-        {
-            self.status_writes.wrote(uid, version, hash);
-        }
-        Ok(wrote)
-    }
 }

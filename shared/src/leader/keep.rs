@@ -10,7 +10,7 @@ use std::{future::Future, time::Duration};
 use tokio::{sync::oneshot, time::Instant};
 
 use super::LeaderConfig;
-use crate::cli::LeaderElectionMode;
+use super::LeaderElectionMode;
 
 /// The leadership-lost reason of a leader that could not renew in time.
 pub(super) const NOT_RENEWED: &str = "not renewed within the renew deadline";

@@ -56,9 +56,18 @@ use tokio::{runtime::Handle, sync::oneshot, task::JoinHandle, time::Instant};
 pub use for_life::ForLifeLock;
 pub use lease::LeaseLock;
 
-use crate::cli::LeaderElectionMode;
 use keep::{Keep, Pace};
 use runtime::ElectionRuntime;
+
+/// How leadership is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LeaderElectionMode {
+    /// A `coordination.k8s.io/v1` Lease, renewed while leading (controller-runtime's way).
+    Lease,
+    /// operator-sdk's leader-for-life: a ConfigMap owned by the operator's own Pod
+    /// (`POD_NAME`, `POD_NAMESPACE`), released only when that Pod is gone.
+    ForLife,
+}
 
 /// Timing and identity of an election.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The tower layer that counts every request of the kube client in
-//! `rest_client_requests_total{code,method,host}` (`crate::client`).
+//! `rest_client_requests_total{code,method,host}` (stacked by the client module).
 
 use std::{
     sync::Arc,
@@ -12,7 +12,7 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 
 use super::Labels;
 
-/// The tower layer behind `crate::client`.
+/// The tower layer of the kube client that counts its requests.
 #[derive(Debug, Clone)]
 pub(crate) struct RestClientMetrics {
     /// `rest_client_requests_total`.

@@ -1,0 +1,91 @@
+//! What an operator is ([`Operator`]) and what its reconcile gets ([`Toolkit`]).
+
+use std::fmt::Debug;
+
+use kube::{Api, Client, Resource, ResourceExt, core::object::HasStatus};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    conditions::HasConditions,
+    error::Error,
+    events::{Announce, Events},
+    metrics::Metrics,
+    namespaces::WatchNamespaces,
+    status::{StatusWrites, publish_status, status_hash},
+};
+
+/// Names of an operator.
+#[derive(Debug, Clone, Copy)]
+pub struct Operator {
+    /// The operator's name: binary, field manager, event reporter, `deploy/<name>/` folder.
+    pub name: &'static str,
+    /// The controller's name (the `controller` label of metrics and logs), e.g. `podset`.
+    pub controller: &'static str,
+}
+
+/// What the runner hands an operator to build its reconcile context from.
+#[derive(Clone)]
+pub struct Toolkit {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// Event publisher reporting as the operator.
+    pub events: Events,
+    /// Process metrics.
+    pub metrics: Metrics,
+    /// The operator's names (its `name` is the field manager).
+    pub operator: Operator,
+    /// What is watched; nothing outside may be touched.
+    pub watch_namespaces: WatchNamespaces,
+    /// Status writes the cache has not shown yet ([`Toolkit::publish_status`]).
+    pub status_writes: std::sync::Arc<StatusWrites>,
+}
+
+impl Debug for Toolkit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolkit")
+            .field("operator", &self.operator)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Toolkit {
+    /// [`publish_status`] of `obj` through the API of its namespace, announcing with this
+    /// operator's events: the tail of every reconcile.
+    ///
+    /// # Errors
+    /// As [`publish_status`].
+    pub async fn publish_status<K>(
+        &self,
+        obj: &K,
+        new: &K::Status,
+        announced: &[Announce],
+    ) -> Result<bool, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + HasStatus
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+        K::Status: Serialize + PartialEq + HasConditions,
+    {
+        let api = Api::namespaced(self.client.clone(), &obj.namespace().unwrap_or_default());
+        let meta = obj.meta();
+        let seen = meta.uid.as_deref().zip(meta.resource_version.as_deref());
+        if let Some((uid, version)) = seen
+            && self
+                .status_writes
+                .already_written(uid, version, || status_hash(new))
+        {
+            tracing::debug!(object = %obj.name_any(), "status already written; the cache lags");
+            return Ok(false);
+        }
+        let wrote = publish_status(&api, &self.events, obj, new, announced).await?;
+        if wrote
+            && let Some((uid, version)) = seen
+            && let Some(hash) = status_hash(new)
+        {
+            self.status_writes.wrote(uid, version, hash);
+        }
+        Ok(wrote)
+    }
+}
