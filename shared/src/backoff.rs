@@ -185,12 +185,14 @@ impl Debounce {
     }
 
     /// How many objects are deferred.
+    #[cfg(test)]
     #[must_use]
     pub fn len(&self) -> usize {
         lock(&self.deferred).len()
     }
 
     /// Whether no object is deferred.
+    #[cfg(test)]
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -10,8 +10,9 @@
 //!   (never adopting a stranger's child), [`conditions`], [`status`] (status patches
 //!   that remove what left), [`events`] (what a transition announces), [`slim`] (caches
 //!   of pods without what no reconcile reads), [`pod_security`] (the `restricted`
-//!   profile), [`backoff`] and [`expiring`] (per-object pacing and bookkeeping),
-//!   [`metrics`] (per-object gauges an operator adds to `/metrics`), and [`error`].
+//!   profile), and at the root: [`ErrorBackoff`] and [`Expiring`] (per-object pacing
+//!   and bookkeeping), [`ObjectGauges`] (per-object gauges an operator adds to
+//!   `/metrics`), [`Error`] and [`ReconcileError`].
 //!
 //! The runner behind `Operator::run` is private: it parses the command line, starts
 //! logging, connects (with the optional client-side rate limit), checks the CRD, serves
@@ -23,16 +24,16 @@
 //! `docs/design.md`.
 
 pub mod apply;
-pub mod backoff;
+mod backoff;
 mod cli;
 mod client;
 pub mod conditions;
-pub mod error;
+mod error;
 pub mod events;
-pub mod expiring;
+mod expiring;
 mod health;
 mod leader;
-pub mod metrics;
+mod metrics;
 #[cfg(feature = "secure-metrics")]
 mod metrics_auth;
 pub mod namespaces;
@@ -46,6 +47,9 @@ pub mod status;
 mod telemetry;
 mod toolkit;
 
+pub use backoff::ErrorBackoff;
 pub use error::{Error, ReconcileError};
+pub use expiring::Expiring;
+pub use metrics::{GaugeFamily, Metrics, ObjectGauges};
 pub use namespaces::{Scope, WatchNamespaces};
 pub use run::{Operator, Toolkit};

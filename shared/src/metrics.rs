@@ -360,7 +360,7 @@ impl Metrics {
 
     /// Records a finished reconcile of `controller`: its result and time, the work queue's
     /// work duration, and a retry when it failed (it is requeued with backoff).
-    pub fn reconciled(&self, controller: &str, result: ReconcileResult, seconds: f64) {
+    pub(crate) fn reconciled(&self, controller: &str, result: ReconcileResult, seconds: f64) {
         let c = controller_labels(controller);
         let mut with_result = c.clone();
         with_result.push(("result", result.label().to_owned()));
@@ -379,18 +379,8 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// Counts a reconcile that failed with an error that will not be retried
-    /// (controller-runtime's `TerminalError`; also counted by [`Metrics::reconciled`] as
-    /// an error). The operators here turn permanent problems into conditions and return
-    /// success, so nothing calls this today and the counter stays 0.
-    pub fn terminal_error(&self, controller: &str) {
-        self.terminal_reconcile_errors_total
-            .get_or_create(&controller_labels(controller))
-            .inc();
-    }
-
     /// Counts a reconcile that panicked (`controller_runtime_reconcile_panics_total`).
-    pub fn reconcile_panicked(&self, controller: &str) {
+    pub(crate) fn reconcile_panicked(&self, controller: &str) {
         self.reconcile_panics_total
             .get_or_create(&controller_labels(controller))
             .inc();
@@ -398,7 +388,7 @@ impl Metrics {
 
     /// Sets `controller_runtime_max_concurrent_reconciles` and zeroes the counters so they
     /// are exported before the first reconcile.
-    pub fn controller_started(&self, controller: &str, max_concurrent: u16) {
+    pub(crate) fn controller_started(&self, controller: &str, max_concurrent: u16) {
         let c = controller_labels(controller);
         let q = queue_labels(controller);
         self.max_concurrent_reconciles
@@ -433,7 +423,7 @@ impl Metrics {
     /// `workqueue_depth` until [`Queued::start`] (see the module docs for what this
     /// measures and what it cannot).
     #[must_use]
-    pub fn queued(&self, controller: &str) -> Queued {
+    pub(crate) fn queued(&self, controller: &str) -> Queued {
         let labels = queue_labels(controller);
         self.workqueue_adds_total.get_or_create(&labels).inc();
         let depth = self.workqueue_depth.get_or_create(&labels).clone();
@@ -446,15 +436,8 @@ impl Metrics {
         }
     }
 
-    /// Counts one busy worker until the returned guard is dropped ([`Metrics::queued`]
-    /// and [`Queued::start`] at once).
-    #[must_use]
-    pub fn worker(&self, controller: &str) -> WorkerGuard {
-        self.queued(controller).start()
-    }
-
     /// Sets `leader_election_master_status{name}`.
-    pub fn set_leader(&self, lease_name: &str, leader: bool) {
+    pub(crate) fn set_leader(&self, lease_name: &str, leader: bool) {
         self.leader_master_status
             .get_or_create(&vec![("name", lease_name.to_owned())])
             .set(i64::from(leader));
@@ -471,7 +454,7 @@ impl Metrics {
 
     /// The registry in OpenMetrics text format.
     #[must_use]
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -19,9 +19,8 @@ use kube::{
     runtime::{Controller, controller::Action, watcher},
 };
 use shared::{
-    Scope, Toolkit,
+    ErrorBackoff, Scope, Toolkit,
     apply::{apply, owner_reference},
-    backoff::ErrorBackoff,
     conditions,
     namespaces::ScopedStores,
     ownership::{Claim, LEFTOVER_RECHECK, claim},

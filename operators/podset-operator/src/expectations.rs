@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use shared::expiring::Expiring;
+use shared::Expiring;
 
 /// What the cache shows of one pod name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

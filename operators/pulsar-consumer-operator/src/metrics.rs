@@ -14,7 +14,7 @@
 //! not `namespace`, which Prometheus sets on every scraped series to the namespace of the
 //! operator's pod and would rename ours to `exported_namespace`.
 
-use shared::metrics::{GaugeFamily, ObjectGauges};
+use shared::{GaugeFamily, ObjectGauges};
 
 use crate::poll::Pollers;
 

@@ -14,9 +14,8 @@ use kube::{
     runtime::{Controller, controller::Action, events::EventType, watcher},
 };
 use shared::{
-    Scope, Toolkit,
+    ErrorBackoff, Scope, Toolkit,
     apply::{apply, namespace_terminating, owner_reference},
-    backoff::ErrorBackoff,
     conditions,
     namespaces::ScopedStores,
     ownership::{Claim, LEFTOVER_RECHECK, claim},

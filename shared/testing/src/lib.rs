@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
 use kube::{Client, client::Body, core::Status};
 use serde_json::Value;
 
-use shared::{WatchNamespaces, events::Events, metrics::Metrics, run::Operator, run::Toolkit};
+use shared::{Metrics, WatchNamespaces, events::Events, run::Operator, run::Toolkit};
 
 /// What the scripted API server answers to one request.
 #[derive(Debug, Clone)]
