@@ -134,7 +134,7 @@ fn apply_file(path: &Path) -> Result<()> {
 pub fn deploy(args: &DeployArgs) -> Result<()> {
     let operator = args.operator.as_str();
     let deploy_dir = check_operator(operator)?;
-    crds::run(false)?;
+    crds::run_for(false, &[operator])?;
     let args_local;
     let mut args = args;
     if args.image.is_none()
