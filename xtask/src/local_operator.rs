@@ -69,8 +69,22 @@ pub fn place_namespace(kubectl: &Kubectl, namespace: &str, simulated: bool) -> R
 /// When kubectl fails.
 pub fn install(kubectl: &Kubectl, operator: &str, field_manager: &str) -> Result<()> {
     let dir = paths::repo_root().join("deploy").join(operator);
+    install_tree(kubectl, operator, &dir, field_manager)
+}
+
+/// [`install`] of the tree `dir` (another checkout's `deploy/<operator>`, such as the
+/// scratch copy the scaffolding test makes).
+///
+/// # Errors
+/// When kubectl fails.
+pub fn install_tree(
+    kubectl: &Kubectl,
+    operator: &str,
+    dir: &Path,
+    field_manager: &str,
+) -> Result<()> {
     place_namespace(kubectl, &format!("{operator}-system"), true)?;
-    kustomize::apply(kubectl, &dir, Some(field_manager))?;
+    kustomize::apply(kubectl, dir, Some(field_manager))?;
     // The CRD must be served before anyone creates objects of its kind.
     kubectl.output([
         "wait".as_ref(),
