@@ -545,7 +545,12 @@ pub fn run(args: &NewArgs) -> Result<()> {
 
     let cargo = |args: &[&str]| {
         let mut command = Command::new(env!("CARGO"));
-        command.current_dir(&root).args(args);
+        // Without the variable `cargo xtask` was given: ring's build script reruns when
+        // it changes, which would rebuild everything that links it.
+        command
+            .current_dir(&root)
+            .env_remove("CARGO_MANIFEST_DIR")
+            .args(args);
         cmd::run(&mut command)
     };
     cargo(&["fmt", "-p", &operator, "-p", "xtask"])?;
