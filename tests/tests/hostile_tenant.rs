@@ -28,7 +28,7 @@ use e2e::deployed::{
     restarts,
 };
 use e2e::kinds::{
-    free_node_port, lolcow_ready, memcached_ready, podset_ready, pulsar_consumer_ready,
+    OPERATORS, free_node_port, lolcow_ready, memcached_ready, podset_ready, pulsar_consumer_ready,
 };
 use e2e::{TestNamespace, kubeconfig_path, poll, pulsar, target_dir};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -54,12 +54,6 @@ use tokio::net::TcpSocket;
 
 /// In every answer of tenant `a`'s endpoints; never in a status or an event.
 const MARKER: &str = "tenant-a-secret-c0ffee";
-const OPERATORS: [&str; 4] = [
-    "podset-operator",
-    "memcached-operator",
-    "lolcow-operator",
-    "pulsar-consumer-operator",
-];
 /// Half-sent requests held open against each attacked port.
 const HALF_OPEN: usize = 1_100;
 /// Stray pods tenant `a` creates, unlabels and deletes.

@@ -530,7 +530,8 @@ async fn every_deployment_in_deploy_passes_the_restricted_standard() -> Result<(
         }
     }
     assert_eq!(
-        checked, 8,
+        checked,
+        2 * OPERATORS.len(),
         "one Deployment per tree and per namespaced overlay"
     );
     Ok(())

@@ -3,7 +3,7 @@
 
 use crate::cmd;
 use crate::paths;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -15,6 +15,29 @@ pub fn deployed_operators() -> Vec<&'static str> {
     OPERATORS
         .into_iter()
         .filter(|op| paths::repo_root().join("deploy").join(op).exists())
+        .collect()
+}
+
+/// The operators named on a command line (each must have a `deploy/` tree), or all of
+/// them when none is named.
+///
+/// # Errors
+/// When a name is not one of them (the message names the `operators` argument).
+pub fn selected(named: &[String]) -> Result<Vec<&'static str>> {
+    let all = deployed_operators();
+    if named.is_empty() {
+        return Ok(all);
+    }
+    named
+        .iter()
+        .map(|name| {
+            all.iter().copied().find(|op| op == name).with_context(|| {
+                format!(
+                    "unknown operator {name:?} (the operators argument); one of: {}",
+                    all.join(", ")
+                )
+            })
+        })
         .collect()
 }
 
@@ -31,8 +54,11 @@ pub fn build_operators(operators: &[&str]) -> Result<()> {
         return Ok(());
     }
     let mut cargo = Command::new(env!("CARGO"));
+    // Without the variable `cargo xtask` was given: ring's build script reruns when it
+    // changes, which would rebuild everything that links it.
     cargo
         .current_dir(paths::repo_root())
+        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--quiet"]);
     for op in operators {
         cargo.args(["-p", op]);
@@ -48,10 +74,14 @@ fn generated(operator: &str) -> Result<String> {
 
 /// Writes (or with `check`, compares) every operator's CRD.
 pub fn run(check: bool) -> Result<()> {
-    let operators = deployed_operators();
-    build_operators(&operators)?;
+    run_for(check, &deployed_operators())
+}
+
+/// Writes (or with `check`, compares) the CRDs of `operators`.
+pub fn run_for(check: bool, operators: &[&str]) -> Result<()> {
+    build_operators(operators)?;
     let mut drifted = Vec::new();
-    for op in &operators {
+    for op in operators {
         let want = generated(op)?;
         let path = crd_path(op);
         let have = std::fs::read_to_string(&path).unwrap_or_default();

@@ -20,12 +20,14 @@ use crate::crds::OPERATORS;
 use crate::deploy;
 use crate::paths;
 use anyhow::{Context, Result, bail};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use xtask::kubectl::Kubectl;
+use xtask::local_operator::{self, Launch, LocalOperator};
+use xtask::operators::{LOLCOW, PULSAR_CONSUMER, all_resources};
 use xtask::process_group;
 
 /// The namespace the samples go to.
@@ -44,21 +46,28 @@ pub struct DemoArgs {
     pub local: bool,
 }
 
-/// Child processes stopped (and waited for) when dropped.
+/// How long a process the demo started has to exit after SIGTERM, before SIGKILL.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// What the demo runs on this machine without a real node: the operators and the page's
+/// web app, stopped (SIGTERM, then SIGKILL after [`GRACE`]) when dropped.
 #[derive(Default)]
-struct Processes(Vec<(String, Child)>);
+struct Processes {
+    operators: Vec<(String, LocalOperator)>,
+    web: Option<Child>,
+}
 
 impl Drop for Processes {
     fn drop(&mut self) {
-        for (name, child) in &mut self.0 {
-            process_group::signal_process(child.id(), "TERM");
-            if !cmd::wait_until(Duration::from_secs(10), || {
-                child.try_wait().ok().flatten().is_some()
-            }) {
-                let _ = child.kill();
-            }
-            let _ = child.wait();
+        for (name, operator) in &mut self.operators {
+            operator.stop(GRACE);
             println!("demo: stopped {name}");
+        }
+        if let Some(web) = &mut self.web {
+            if let Err(e) = process_group::stop_child(web, GRACE) {
+                eprintln!("demo: lolcow-web: {e:#}");
+            }
+            println!("demo: stopped lolcow-web");
         }
     }
 }
@@ -136,34 +145,28 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         })?;
 
     let mut processes = Processes::default();
-    for (i, op) in OPERATORS.iter().enumerate() {
+    for op in OPERATORS {
         println!("demo: installing deploy/{op} and starting {op} with its ServiceAccount's token");
-        let tree = paths::repo_root().join("deploy").join(op);
-        xtask::kustomize::apply(&kubectl, &tree, None)?;
-        cmd::output(
-            kubectl
-                .with_args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
-                .arg(tree.join("crd.yaml")),
+        local_operator::install(&kubectl, op, "demo")?;
+        let sa_config = state.join(format!("{op}.kubeconfig"));
+        local_operator::service_account_kubeconfig(
+            &kubectl,
+            &format!("{op}-system"),
+            op,
+            "24h",
+            Some(NAMESPACE),
+            &sa_config,
         )?;
-        let sa_config = service_account_kubeconfig(kubeconfig, op, &state)?;
-        let log = std::fs::File::create(state.join(format!("{op}.log")))?;
-        let port = 18_480 + u16::try_from(i).unwrap_or(0) * 2;
-        let child = process_group::spawn(
-            Command::new(paths::target_dir().join("debug").join(op))
-                .arg("run")
-                .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
-                .arg(format!(
-                    "--health-probe-bind-address=127.0.0.1:{}",
-                    port + 1
-                ))
-                .env("KUBECONFIG", &sa_config)
-                .env("WATCH_NAMESPACE", NAMESPACE)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log),
-        )
+        let operator = LocalOperator::spawn_own_group(Launch {
+            binary: &paths::target_dir().join("debug").join(op),
+            kubeconfig: &sa_config,
+            watch_namespace: NAMESPACE,
+            log_path: &state.join(format!("{op}.log")),
+            args: &[],
+            env: &[],
+        })
         .with_context(|| format!("starting {op}"))?;
-        processes.0.push(((*op).to_owned(), child));
+        processes.operators.push((op.to_owned(), operator));
     }
 
     apply_samples(Some(kubeconfig))?;
@@ -173,7 +176,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     // with the same greeting here.
     let greeting = kubectl.output([
         "get",
-        "lolcows",
+        LOLCOW.plural,
         "-n",
         NAMESPACE,
         "-o",
@@ -189,7 +192,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
             .stderr(log),
     )
     .context("starting lolcow-web")?;
-    processes.0.push(("lolcow-web".into(), web));
+    processes.web = Some(web);
     let url = format!("http://127.0.0.1:{LOLCOW_PORT}/");
     if !page_served(&url, Duration::from_secs(20)) {
         bail!(
@@ -243,7 +246,7 @@ fn delete_samples(kubeconfig: &Path) -> Result<()> {
     );
     kubectl.output([
         "delete",
-        "podsets,memcacheds,lolcows,pulsarconsumers",
+        &all_resources(),
         "--all",
         "-n",
         NAMESPACE,
@@ -275,7 +278,7 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         apply_samples(Some(kubeconfig))?;
         kubectl.output([
             "patch",
-            "pulsarconsumers",
+            PULSAR_CONSUMER.plural,
             "pulsarconsumer-sample-1",
             "-n",
             NAMESPACE,
@@ -299,7 +302,7 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         );
         let port = kubectl.output([
             "get",
-            "lolcows",
+            LOLCOW.plural,
             "-n",
             NAMESPACE,
             "-o",
@@ -328,19 +331,6 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     result.and(cleanup)
 }
 
-/// A kubeconfig authenticating as `<op>` in `<op>-system`, so the demo runs
-/// with exactly the RBAC that `deploy/` grants.
-fn service_account_kubeconfig(admin: &Path, op: &str, state: &Path) -> Result<PathBuf> {
-    let kubectl = kubectl_with(Some(admin));
-    let namespace = format!("{op}-system");
-    let token = kubectl.output(["create", "token", op, "-n", &namespace, "--duration=24h"])?;
-    let config =
-        xtask::kubeconfig::for_service_account(admin, &namespace, op, &token, Some(NAMESPACE))?;
-    let path = state.join(format!("{op}.kubeconfig"));
-    xtask::kubeconfig::write(&config, &path)?;
-    Ok(path)
-}
-
 fn apply_samples(kubeconfig: Option<&Path>) -> Result<()> {
     let kubectl = kubectl_with(kubeconfig);
     for op in OPERATORS {
@@ -358,24 +348,17 @@ fn apply_samples(kubeconfig: Option<&Path>) -> Result<()> {
 fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
     let kubectl = kubectl_with(kubeconfig);
     println!("demo: waiting until every sample is Ready");
+    let resources = all_resources();
     kubectl.output([
         "wait",
         "--for=condition=Ready",
-        "podsets,memcacheds,lolcows,pulsarconsumers",
+        &resources,
         "--all",
         "-n",
         NAMESPACE,
         "--timeout=300s",
     ])?;
-    print!(
-        "{}",
-        kubectl.output([
-            "get",
-            "podsets,memcacheds,lolcows,pulsarconsumers",
-            "-n",
-            NAMESPACE,
-        ])?
-    );
+    print!("{}", kubectl.output(["get", &resources, "-n", NAMESPACE])?);
     Ok(())
 }
 
@@ -395,7 +378,8 @@ fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
     apply_samples(None)?;
     wait_ready(None)?;
     println!(
-        "demo: open the lolcow page at http://<node-ip>:<port>/ (port: `kubectl get lolcows -n {NAMESPACE}`)"
+        "demo: open the lolcow page at http://<node-ip>:<port>/ (port: `kubectl get {} -n {NAMESPACE}`)",
+        LOLCOW.plural
     );
     if !args.exit_when_ready {
         println!(

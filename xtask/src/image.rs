@@ -46,9 +46,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The applications (not operators) that also ship as images.
-pub const APPS: [&str; 2] = ["lolcow-web", "pulsar-consumer"];
-
 /// Where the CA bundle comes from (Debian's `ca-certificates`) and goes to.
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
@@ -199,9 +196,13 @@ pub fn run(args: &ImageArgs) -> Result<()> {
     Ok(())
 }
 
-/// Every binary that can be packed.
+/// Every binary that can be packed: the operators and the workload apps they run
+/// (`xtask::operators`).
 pub fn known() -> Vec<&'static str> {
-    crds::OPERATORS.into_iter().chain(APPS).collect()
+    crds::OPERATORS
+        .into_iter()
+        .chain(xtask::operators::workload_apps())
+        .collect()
 }
 
 /// What `cargo metadata` says about a package.

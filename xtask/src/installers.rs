@@ -68,7 +68,7 @@ pub struct InstallersArgs {
 
 /// `cargo xtask installers ...`.
 pub fn run(args: &InstallersArgs) -> Result<()> {
-    let operators = selected(&args.operators)?;
+    let operators = crds::selected(&args.operators)?;
     let version = version::workspace_version()?;
     let registry = args
         .registry
@@ -181,25 +181,6 @@ fn write_or_compare(
     Ok(())
 }
 
-/// The operators named (each must have a `deploy/` tree), or all of them.
-fn selected(named: &[String]) -> Result<Vec<&'static str>> {
-    let all = crds::deployed_operators();
-    if named.is_empty() {
-        return Ok(all);
-    }
-    named
-        .iter()
-        .map(|name| {
-            all.iter().copied().find(|op| op == name).with_context(|| {
-                format!(
-                    "unknown operator {name:?} (the operators argument); one of: {}",
-                    all.join(", ")
-                )
-            })
-        })
-        .collect()
-}
-
 /// A registry prefix as `--registry` takes it: `host[:port][/path]`, no scheme, no tag.
 fn check_registry(registry: &str) -> Result<&str> {
     let trimmed = registry.trim_end_matches('/');
@@ -302,7 +283,7 @@ mod tests {
 
     #[test]
     fn unknown_operators_are_named() {
-        let err = selected(&["nope".to_owned()])
+        let err = crds::selected(&["nope".to_owned()])
             .map(drop)
             .unwrap_err()
             .to_string();
@@ -310,6 +291,9 @@ mod tests {
             err.contains("\"nope\"") && err.contains("podset-operator"),
             "{err}"
         );
-        assert_eq!(selected(&[]).map(|all| all.len()).ok(), Some(4));
+        assert_eq!(
+            crds::selected(&[]).map(|all| all.len()).ok(),
+            Some(crds::OPERATORS.len())
+        );
     }
 }

@@ -69,8 +69,22 @@ pub fn place_namespace(kubectl: &Kubectl, namespace: &str, simulated: bool) -> R
 /// When kubectl fails.
 pub fn install(kubectl: &Kubectl, operator: &str, field_manager: &str) -> Result<()> {
     let dir = paths::repo_root().join("deploy").join(operator);
+    install_tree(kubectl, operator, &dir, field_manager)
+}
+
+/// [`install`] of the tree `dir` (another checkout's `deploy/<operator>`, such as the
+/// scratch copy the scaffolding test makes).
+///
+/// # Errors
+/// When kubectl fails.
+pub fn install_tree(
+    kubectl: &Kubectl,
+    operator: &str,
+    dir: &Path,
+    field_manager: &str,
+) -> Result<()> {
     place_namespace(kubectl, &format!("{operator}-system"), true)?;
-    kustomize::apply(kubectl, &dir, Some(field_manager))?;
+    kustomize::apply(kubectl, dir, Some(field_manager))?;
     // The CRD must be served before anyone creates objects of its kind.
     kubectl.output([
         "wait".as_ref(),
@@ -159,11 +173,26 @@ impl LocalOperator {
     /// # Errors
     /// When the log cannot be created or the binary cannot start.
     pub fn spawn(launch: Launch<'_>) -> Result<Self> {
+        Self::start(launch, false)
+    }
+
+    /// Like [`LocalOperator::spawn`], in a process group of its own: Ctrl-C in the
+    /// terminal does not reach it, so whoever started it can still use it while cleaning
+    /// up (the demo deletes its samples while their operators remove the finalizers).
+    ///
+    /// # Errors
+    /// When the log cannot be created or the binary cannot start.
+    pub fn spawn_own_group(launch: Launch<'_>) -> Result<Self> {
+        Self::start(launch, true)
+    }
+
+    fn start(launch: Launch<'_>, own_group: bool) -> Result<Self> {
         let metrics_port = free_port()?;
         let health_port = free_port()?;
         let log = std::fs::File::create(launch.log_path)
             .with_context(|| format!("creating {}", launch.log_path.display()))?;
-        let child = Command::new(launch.binary)
+        let mut command = Command::new(launch.binary);
+        command
             .arg("run")
             .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
             .arg(format!(
@@ -179,9 +208,13 @@ impl LocalOperator {
             .envs(launch.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", launch.binary.display()))?;
+            .stderr(log);
+        let child = if own_group {
+            process_group::spawn(&mut command)
+        } else {
+            command.spawn()
+        }
+        .with_context(|| format!("starting {}", launch.binary.display()))?;
         Ok(Self {
             child,
             log_path: launch.log_path.to_owned(),
@@ -240,15 +273,9 @@ impl LocalOperator {
 
     /// SIGTERM, up to `grace` to exit, then SIGKILL (nothing once it has exited).
     pub fn stop(&mut self, grace: Duration) {
-        if self.exited().is_some() {
-            return;
+        if let Err(e) = process_group::stop_child(&mut self.child, grace) {
+            eprintln!("{}: {e:#}", self.log_path.display());
         }
-        process_group::signal_process(self.pid(), "TERM");
-        let deadline = std::time::Instant::now() + grace;
-        while std::time::Instant::now() < deadline && self.exited().is_none() {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.kill();
     }
 
     /// SIGKILL, at once (and reaps it).

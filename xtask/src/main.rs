@@ -1,7 +1,8 @@
 //! `cargo xtask ...`: everything this project automates, in Rust.
 //!
 //! - `cluster up|down|status|env|stop`: the local Kubernetes control plane.
-//! - `crds [--check]`: regenerate the CRDs under `deploy/`, or fail on drift.
+//! - `crds [--check] [operator...]`: regenerate the CRDs under `deploy/`, or fail on drift.
+//! - `new <name> --group <g> --version <v> --kind <K>`: scaffold a new operator.
 //! - `installers [--check] [--registry R]`: the single-file installers
 //!   `deploy/<operator>/install.yaml`.
 //! - `actionlint`: lint the GitHub Actions workflows.
@@ -17,7 +18,7 @@
 //! - `image <name> [--push <registry>]`: a static binary in a minimal OCI image.
 //! - `deploy|undeploy <operator>`, `run <operator>`: install an operator on
 //!   the current cluster, or run it locally against it.
-//! - `charts [--check]`: regenerate the Helm charts under `deploy/<operator>/chart/`
+//! - `charts [--check] [operator...]`: regenerate the Helm charts under `deploy/<operator>/chart/`
 //!   from the kustomize trees, or fail on drift (and lint and compare them).
 //! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
 //! - `check-docs`: every relative link and `cargo xtask` command in the docs exists.
@@ -33,6 +34,7 @@ mod deps;
 mod docs;
 mod image;
 mod installers;
+mod new;
 mod pulsar;
 mod release;
 mod test;
@@ -69,6 +71,8 @@ enum Command {
         /// Fail instead of writing when a committed CRD differs from the code.
         #[arg(long)]
         check: bool,
+        /// The operators (default: every operator with a `deploy/` tree).
+        operators: Vec<String>,
     },
     /// Regenerate each operator's Helm chart under `deploy/<operator>/chart/`.
     Charts {
@@ -77,7 +81,11 @@ enum Command {
         /// renderings with kustomize's, object by object.
         #[arg(long)]
         check: bool,
+        /// The operators (default: every operator with a `deploy/` tree).
+        operators: Vec<String>,
     },
+    /// Scaffold a new operator: its crate, its `deploy/` tree and its entry in the list.
+    New(new::NewArgs),
     /// Run a tool built from its Go module (`helm`, `oras`).
     Tool(tools::ToolArgs),
     /// Write the single-file installers `deploy/<operator>/install.yaml`.
@@ -178,8 +186,11 @@ fn main() -> Result<()> {
             }
         },
         Command::Demo(args) => demo::run(&args),
-        Command::Crds { check } => crds::run(check),
-        Command::Charts { check } => charts::run(check),
+        Command::Crds { check, operators } => crds::run_for(check, &crds::selected(&operators)?),
+        Command::Charts { check, operators } => {
+            charts::run_for(check, &crds::selected(&operators)?)
+        }
+        Command::New(args) => new::run(&args),
         Command::Tool(args) => tools::run(&args),
         Command::Installers(args) => installers::run(&args),
         Command::Release(args) => release::run(&args),

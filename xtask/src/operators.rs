@@ -1,7 +1,9 @@
 //! The operators of the workspace, in one place: each one's crate (also its binary, image
-//! and `deploy/` folder), the short name the bench takes, and the group, version, kind and
-//! plural of the custom resource it serves. `crds`, `deploy`, `demo`, `image`, the bench
-//! and the end-to-end tests all read this list; a fifth operator is one more entry.
+//! and `deploy/` folder), the short name the bench takes, the group, version, kind and
+//! plural of the custom resource it serves, and the workload image it runs, if it is an
+//! app of this workspace. `crds`, `deploy`, `run`, `demo`, `image`, `installers`,
+//! `charts`, the bench and the end-to-end tests all read this list; a fifth operator is
+//! one more entry, which `cargo xtask new` writes.
 
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -21,6 +23,18 @@ pub struct Kind {
     pub kind: &'static str,
     /// The plural: the resource name.
     pub plural: &'static str,
+    /// The workload image it runs when that is an app of this workspace (built and
+    /// pushed beside the operator's own image); `None` when it runs a public image or none.
+    pub workload: Option<Workload>,
+}
+
+/// An app of this workspace that an operator runs in the pods it creates.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// The app's binary, package and image name: `lolcow-web`.
+    pub app: &'static str,
+    /// The operator's environment variable that names the image: `LOLCOW_IMAGE`.
+    pub env: &'static str,
 }
 
 /// PodSet (`podset-operator`).
@@ -31,6 +45,7 @@ pub const PODSET: Kind = Kind {
     version: "v1",
     kind: "PodSet",
     plural: "podsets",
+    workload: None,
 };
 
 /// Memcached (`memcached-operator`).
@@ -41,6 +56,7 @@ pub const MEMCACHED: Kind = Kind {
     version: "v1alpha1",
     kind: "Memcached",
     plural: "memcacheds",
+    workload: None,
 };
 
 /// Lolcow (`lolcow-operator`).
@@ -51,6 +67,10 @@ pub const LOLCOW: Kind = Kind {
     version: "v1alpha1",
     kind: "Lolcow",
     plural: "lolcows",
+    workload: Some(Workload {
+        app: "lolcow-web",
+        env: "LOLCOW_IMAGE",
+    }),
 };
 
 /// PulsarConsumer (`pulsar-consumer-operator`).
@@ -61,23 +81,46 @@ pub const PULSAR_CONSUMER: Kind = Kind {
     version: "v1",
     kind: "PulsarConsumer",
     plural: "pulsarconsumers",
+    workload: Some(Workload {
+        app: "pulsar-consumer",
+        env: "PULSAR_CONSUMER_IMAGE",
+    }),
 };
 
-/// Every operator, in a fixed order.
+/// Every operator, in a fixed order: the one list (`cargo xtask new` appends to it).
 pub const KINDS: [&Kind; 4] = [&PODSET, &MEMCACHED, &LOLCOW, &PULSAR_CONSUMER];
 
 /// Every operator's crate name, in the order of [`KINDS`].
-pub const OPERATORS: [&str; 4] = [
-    PODSET.operator,
-    MEMCACHED.operator,
-    LOLCOW.operator,
-    PULSAR_CONSUMER.operator,
-];
+pub const OPERATORS: [&str; KINDS.len()] = {
+    let mut names = [""; KINDS.len()];
+    let mut i = 0;
+    while i < KINDS.len() {
+        names[i] = KINDS[i].operator;
+        i += 1;
+    }
+    names
+};
 
 /// The operator whose crate is `operator`.
 #[must_use]
 pub fn by_operator(operator: &str) -> Option<&'static Kind> {
     KINDS.into_iter().find(|k| k.operator == operator)
+}
+
+/// Every kind as one kubectl resource list (`podsets.batch...,memcacheds.cache...`), for
+/// `kubectl get|wait|delete` over all of them.
+#[must_use]
+pub fn all_resources() -> String {
+    KINDS.map(Kind::resource).join(",")
+}
+
+/// The workload apps of this workspace that ship as images (`lolcow-web`...).
+#[must_use]
+pub fn workload_apps() -> Vec<&'static str> {
+    KINDS
+        .iter()
+        .filter_map(|k| k.workload.as_ref().map(|w| w.app))
+        .collect()
 }
 
 impl Kind {
@@ -129,5 +172,8 @@ mod tests {
         assert_eq!(PODSET.resource(), "podsets.batch.tutorial.kubebuilder.io");
         assert_eq!(MEMCACHED.api_version(), "cache.example.com/v1alpha1");
         assert_eq!(by_operator("nope"), None);
+        assert_eq!(OPERATORS[1], "memcached-operator");
+        assert!(all_resources().starts_with("podsets.batch.tutorial.kubebuilder.io,memcacheds."));
+        assert_eq!(workload_apps(), ["lolcow-web", "pulsar-consumer"]);
     }
 }

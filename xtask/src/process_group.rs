@@ -1,14 +1,14 @@
 //! Long-lived children in their own process group (the local cluster's processes,
 //! the Pulsar broker, the demo's operators): spawning them so that Ctrl-C on
 //! `cargo xtask` does not reach them and one signal reaches everything they
-//! started, stopping a group with SIGTERM and then SIGKILL, and the pid files that
-//! find them again from a later command.
+//! started, stopping a group or a child with SIGTERM and then SIGKILL (the one such
+//! helper of xtask), and the pid files that find them again from a later command.
 
 use crate::cmd;
 use anyhow::{Context, Result, bail};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 /// Spawns `command` as the leader of a new process group (its pid is the group's id).
@@ -108,22 +108,72 @@ pub struct Grace {
 pub fn stop(
     pgid: u32,
     grace: Grace,
-    running: impl Fn() -> bool,
+    running: impl FnMut() -> bool,
     before_kill: impl FnOnce(),
 ) -> Result<()> {
-    if pgid <= 1 || !running() {
+    if pgid <= 1 {
         return Ok(());
     }
-    signal(pgid, "TERM")?;
+    term_then_kill(
+        &format!("process group {pgid}"),
+        |name| signal(pgid, name),
+        grace,
+        running,
+        before_kill,
+    )
+}
+
+/// Stops one child process (not its group): SIGTERM, up to `term` to exit, then SIGKILL;
+/// reaps it and returns how it exited (`None`: it had exited before, and was reaped here).
+///
+/// # Errors
+/// When it still runs after SIGKILL, or waiting for it fails.
+pub fn stop_child(child: &mut Child, term: Duration) -> Result<Option<ExitStatus>> {
+    if child.try_wait()?.is_some() {
+        let _ = child.wait();
+        return Ok(None);
+    }
+    let pid = child.id();
+    let grace = Grace {
+        term,
+        kill: Duration::from_secs(10),
+    };
+    term_then_kill(
+        &format!("process {pid}"),
+        |name| {
+            // Failing to deliver means it has exited meanwhile; `running` sees that.
+            signal_process(pid, name);
+            Ok(())
+        },
+        grace,
+        || matches!(child.try_wait(), Ok(None)),
+        || {},
+    )?;
+    Ok(Some(child.wait()?))
+}
+
+/// The one SIGTERM-then-SIGKILL of xtask: `send("TERM")`, up to `grace.term` for
+/// `running()` to turn false, then `before_kill()`, `send("KILL")` and up to `grace.kill`.
+fn term_then_kill(
+    what: &str,
+    mut send: impl FnMut(&str) -> Result<()>,
+    grace: Grace,
+    mut running: impl FnMut() -> bool,
+    before_kill: impl FnOnce(),
+) -> Result<()> {
+    if !running() {
+        return Ok(());
+    }
+    send("TERM")?;
     if cmd::wait_until(grace.term, || !running()) {
         return Ok(());
     }
     before_kill();
-    signal(pgid, "KILL")?;
+    send("KILL")?;
     if cmd::wait_until(grace.kill, || !running()) {
         return Ok(());
     }
-    bail!("process group {pgid} is still alive after SIGKILL")
+    bail!("{what} is still alive after SIGKILL")
 }
 
 /// The pid recorded in `path`, if it holds one.
@@ -152,6 +202,42 @@ mod tests {
         assert_eq!(read_pid(&path), None);
         std::fs::remove_file(&path)?;
         assert_eq!(read_pid(&path), None);
+        Ok(())
+    }
+
+    #[test]
+    fn stop_child_terms_then_kills() -> Result<()> {
+        // Exits on SIGTERM: stopped by the TERM, well within its grace.
+        let mut polite = Command::new("sleep").arg("30").spawn()?;
+        let started = std::time::Instant::now();
+        let status = stop_child(&mut polite, Duration::from_secs(20))?;
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(
+            status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
+            Some(15)
+        );
+        // Ignores SIGTERM: killed once its grace is over.
+        let mut stubborn = Command::new("sh")
+            .args(["-c", "trap '' TERM; exec sleep 30"])
+            .spawn()?;
+        // The signal must come once SIGTERM is ignored (bit 15 of SigIgn).
+        let ignores_term = || {
+            std::fs::read_to_string(format!("/proc/{}/status", stubborn.id()))
+                .ok()
+                .and_then(|s| {
+                    let mask = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+                    u64::from_str_radix(mask.trim(), 16).ok()
+                })
+                .is_some_and(|mask| mask & (1 << 14) != 0)
+        };
+        assert!(cmd::wait_until(Duration::from_secs(10), ignores_term));
+        let status = stop_child(&mut stubborn, Duration::from_secs(1))?;
+        assert_eq!(
+            status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
+            Some(9)
+        );
+        // Already gone: nothing to signal.
+        assert_eq!(stop_child(&mut stubborn, Duration::from_secs(1))?, None);
         Ok(())
     }
 

@@ -36,9 +36,14 @@ pub fn chart_dir(op: &str) -> PathBuf {
 /// Writes (or with `check`, compares) every operator's chart, then lints each and
 /// compares its renderings with kustomize's.
 pub fn run(check: bool) -> Result<()> {
+    run_for(check, &crds::deployed_operators())
+}
+
+/// [`run`] for `operators` only.
+pub fn run_for(check: bool, operators: &[&str]) -> Result<()> {
     let kubectl = kubectl()?;
     let mut drifted = Vec::new();
-    for op in crds::deployed_operators() {
+    for &op in operators {
         let want = generate(&kubectl, op)?;
         let dir = chart_dir(op);
         let have = read_tree(&dir)?;
@@ -76,7 +81,7 @@ pub fn run(check: bool) -> Result<()> {
         );
     }
     let helm = crate::tools::helm()?;
-    for op in crds::deployed_operators() {
+    for &op in operators {
         check::lint(&helm, op)?;
         check::renders_like_kustomize(&helm, &kubectl, op)?;
     }

@@ -53,13 +53,10 @@ fn docker_works() -> bool {
 }
 
 /// The workload image an operator runs (an app of this project) and the
-/// operator's environment variable that names it.
+/// operator's environment variable that names it (`xtask::operators`).
 pub fn workload_image(operator: &str) -> Option<(&'static str, &'static str)> {
-    match operator {
-        "lolcow-operator" => Some(("lolcow-web", "LOLCOW_IMAGE")),
-        "pulsar-consumer-operator" => Some(("pulsar-consumer", "PULSAR_CONSUMER_IMAGE")),
-        _ => None,
-    }
+    let workload = xtask::operators::by_operator(operator)?.workload.as_ref()?;
+    Some((workload.app, workload.env))
 }
 
 /// The local cluster's registry when kubectl talks to the local cluster and

@@ -52,6 +52,11 @@ pub struct DeployArgs {
 pub struct RunArgs {
     /// The operator (e.g. `podset-operator`).
     pub operator: String,
+    /// Push the operator's workload image (lolcow-web, pulsar-consumer) to this registry
+    /// (`host:port`) and point the operator at it; default: the local cluster's registry
+    /// when kubectl talks to the local cluster.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub registry: Option<String>,
     /// Arguments after `run` (e.g. `-- --watch-namespace=a`).
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -129,7 +134,7 @@ fn apply_file(path: &Path) -> Result<()> {
 pub fn deploy(args: &DeployArgs) -> Result<()> {
     let operator = args.operator.as_str();
     let deploy_dir = check_operator(operator)?;
-    crds::run(false)?;
+    crds::run_for(false, &[operator])?;
     let args_local;
     let mut args = args;
     if args.image.is_none()
@@ -245,8 +250,12 @@ pub fn undeploy(operator: &str) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask run <operator> [-- args]`: installs the CRD and runs the
-/// operator on this machine against the current kubeconfig.
+/// `cargo xtask run <operator> [-- args]`: installs the CRD and runs the operator on this
+/// machine against the current kubeconfig. An operator whose pods run an app of this
+/// workspace gets that image as `deploy` gives it: built, pushed to `--registry` (or the
+/// local cluster's registry) and named in the operator's environment variable, unless
+/// that variable is set already. The process then becomes the operator (`exec`), so
+/// Ctrl-C or SIGTERM reach it directly and it shuts down gracefully.
 pub fn run(args: &RunArgs) -> Result<()> {
     let operator = args.operator.as_str();
     known_operator(operator)?;
@@ -267,13 +276,45 @@ pub fn run(args: &RunArgs) -> Result<()> {
         apply_file(&file)?;
     }
     let mut cargo = Command::new(env!("CARGO"));
+    // Without the variable `cargo xtask` was given: ring's build script reruns when it
+    // changes, which would rebuild everything that links it.
     cargo
         .current_dir(paths::repo_root())
+        .env_remove("CARGO_MANIFEST_DIR")
         .args(["run", "-p", operator, "--", "run"])
         .args(&args.args);
+    if let Some((env, image)) = run_workload_image(operator, args.registry.as_deref())? {
+        println!("run: {operator} runs {image} ({env})");
+        cargo.env(env, image);
+    }
     let kubectl = target_kubectl();
     if let Some(kubeconfig) = kubectl.kubeconfig() {
         cargo.env("KUBECONFIG", kubeconfig);
     }
-    cmd::run(&mut cargo).context("the operator stopped")
+    // `cargo run` execs the operator in turn: one process from here on.
+    let error = std::os::unix::process::CommandExt::exec(&mut cargo);
+    Err(error).with_context(|| format!("could not start `{}`", cmd::show(&cargo)))
+}
+
+/// The workload image `run` points `operator` at: `(environment variable, reference)`, or
+/// `None` when it runs no app of this workspace, the variable is set already, or there is
+/// no registry to push to (then it says that the pods need another image).
+fn run_workload_image(operator: &str, registry: Option<&str>) -> Result<Option<(String, String)>> {
+    let Some((app, env)) = workload_image(operator) else {
+        return Ok(None);
+    };
+    if std::env::var_os(env).is_some_and(|v| !v.is_empty()) {
+        println!("run: {env} is set: {operator} runs that image");
+        return Ok(None);
+    }
+    let local = local_registry();
+    let Some(registry) = registry.or(local) else {
+        println!(
+            "run: warning: {operator}'s pods run the {app} image, which is built here only \
+             with a registry to push it to: pass --registry <host:port>, or set {env}"
+        );
+        return Ok(None);
+    };
+    println!("run: building {app} and pushing it to {registry}");
+    provide_workload_image(operator, registry, None)
 }
