@@ -101,7 +101,8 @@ impl Process {
             })
     }
 
-    fn binary(self) -> Result<PathBuf> {
+    /// Its binary: Kubernetes's at the version of the cluster in `layout`.
+    fn binary(self, layout: &Layout) -> Result<PathBuf> {
         match self {
             Process::Etcd => build::ETCD.binary("etcd"),
             Process::Kwok => build::KWOK.binary("kwok"),
@@ -109,7 +110,7 @@ impl Process {
                 .context("docker-registry is not installed (apt-get install docker-registry)"),
             Process::Containerd => build::CONTAINERD.binary("containerd"),
             Process::CoreDns => build::COREDNS.binary("coredns"),
-            other => build::KUBERNETES.binary(other.name()),
+            other => Ok(layout.kubernetes()?.binary(other.name())),
         }
     }
 }
@@ -132,8 +133,8 @@ pub(super) fn is_our_process(pid: u32) -> bool {
 
 /// Whether `pid` is alive and runs `p`'s binary (for processes whose binary
 /// is not in the cache, such as Debian's registry).
-pub(super) fn runs_binary(pid: u32, p: Process) -> bool {
-    let (Some(exe), Ok(binary)) = (live_exe(pid), p.binary()) else {
+pub(super) fn runs_binary(layout: &Layout, pid: u32, p: Process) -> bool {
+    let (Some(exe), Ok(binary)) = (live_exe(pid), p.binary(layout)) else {
         return false;
     };
     std::fs::canonicalize(binary).is_ok_and(|b| b == exe)
@@ -279,7 +280,7 @@ fn secure_serving(kubeconfig: &str, port: u16) -> Vec<String> {
 
 /// Starts `p` in its own process group, logging to its log file.
 pub(super) fn start_process(layout: &Layout, p: Process) -> Result<()> {
-    let binary = p.binary()?;
+    let binary = p.binary(layout)?;
     let log_path = layout.log(p);
     let log = File::options()
         .create(true)
