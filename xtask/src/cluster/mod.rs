@@ -378,7 +378,7 @@ pub fn down() -> Result<()> {
             println!("cluster: stopped {}", p.name());
         }
     }
-    for pid in stray_processes() {
+    for pid in stray_processes(&layout) {
         println!("cluster: stopping leftover process {pid}");
         process_group::signal_process(pid, "KILL");
     }
