@@ -6,7 +6,7 @@ use std::{net::SocketAddr, str::FromStr, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 pub use crate::leader::LeaderElectionMode;
-use crate::namespaces::WatchNamespaces;
+use crate::namespaces::{StreamingLists, WatchNamespaces};
 
 /// The command line of an operator binary.
 #[derive(Debug, Clone, Parser)]
@@ -176,12 +176,14 @@ pub struct RunArgs {
     #[arg(long, global = true, default_value_t = crate::rate_limit::DEFAULT_BURST, value_name = "N")]
     pub kube_api_burst: u32,
 
-    /// Fill the caches with streaming lists (a watch with `sendInitialEvents`, the API
-    /// server's WatchList, on by default since Kubernetes 1.32) instead of paginated lists:
-    /// objects arrive one by one, so a start or a relist never holds a page of 500 whole
-    /// objects. `false` for older API servers.
-    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_name = "BOOL")]
-    pub streaming_lists: bool,
+    /// How the caches fill: streaming lists (a watch with `sendInitialEvents`, the API
+    /// server's WatchList), where objects arrive one by one, so a start or a relist never
+    /// holds a page of 500 whole objects; or paginated lists. `auto` (the default) asks the
+    /// API server once per watched scope and uses streaming lists where it serves them
+    /// (Kubernetes 1.32 and 1.34 onwards by default; not 1.33, not before 1.32, not with
+    /// `--feature-gates=WatchList=false`); `true` always streams, `false` always pages.
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "true", default_value = "auto", value_name = "auto|true|false")]
+    pub streaming_lists: StreamingLists,
 
     /// Namespaces to watch: empty = all, `a` = one, `a,b` = several. Nothing outside is read or touched.
     #[arg(
@@ -507,12 +509,32 @@ mod tests {
         );
     }
 
-    /// Streaming lists by default; `--streaming-lists=false` for API servers without them.
+    /// Asking the API server by default; `true` or `false` force either way.
     #[test]
     fn streaming_lists_flag() {
-        assert!(parse(&[]).run.streaming_lists);
-        assert!(!parse(&["--streaming-lists=false"]).run.streaming_lists);
-        assert!(parse(&["--streaming-lists"]).run.streaming_lists);
+        assert_eq!(parse(&[]).run.streaming_lists, StreamingLists::Auto);
+        assert_eq!(
+            parse(&["--streaming-lists=false"]).run.streaming_lists,
+            StreamingLists::Never
+        );
+        assert_eq!(
+            parse(&["--streaming-lists=true"]).run.streaming_lists,
+            StreamingLists::Always
+        );
+        assert_eq!(
+            parse(&["--streaming-lists"]).run.streaming_lists,
+            StreamingLists::Always
+        );
+        assert_eq!(
+            parse(&["--streaming-lists=auto"]).run.streaming_lists,
+            StreamingLists::Auto
+        );
+        assert!(
+            Cli::try_parse_from_for("op", ["op", "--streaming-lists=maybe"])
+                .unwrap_err()
+                .to_string()
+                .contains("--streaming-lists")
+        );
     }
 
     /// controller-runtime's defaults (no client-side limit since v0.21; burst 30 once a

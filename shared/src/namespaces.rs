@@ -20,7 +20,9 @@ use kube::{
 use serde::de::DeserializeOwned;
 
 mod stores;
+mod streaming;
 pub use stores::ScopedStores;
+pub use streaming::StreamingLists;
 
 /// The namespaces an operator watches, parsed from `WATCH_NAMESPACE`/`--watch-namespace`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -201,7 +203,10 @@ pub struct Scope {
     /// Bumped when one of the scope's watches has finished a full list (its first, or a
     /// re-list after the watch was lost): see [`Scope::lists`].
     lists: Arc<tokio::sync::watch::Sender<u64>>,
-    streaming_lists: bool,
+    streaming_lists: StreamingLists,
+    /// With [`StreamingLists::Auto`]: whether the API server serves streaming lists, once
+    /// it said so (asked before the scope's first watch; shared by its clones).
+    streaming_served: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 impl fmt::Debug for Scope {
@@ -225,16 +230,68 @@ impl Scope {
             namespace,
             status: Arc::new(tokio::sync::watch::Sender::new(status)),
             lists: Arc::new(tokio::sync::watch::Sender::new(0)),
-            streaming_lists: false,
+            streaming_lists: StreamingLists::Never,
+            streaming_served: Arc::new(tokio::sync::OnceCell::new()),
         }
     }
 
-    /// Fill this scope's caches with streaming lists (`--streaming-lists`) rather than
-    /// paginated lists.
+    /// How this scope's caches fill (`--streaming-lists`); paginated lists unless set.
     #[must_use]
-    pub fn with_streaming_lists(mut self, streaming: bool) -> Self {
+    pub fn with_streaming_lists(mut self, streaming: StreamingLists) -> Self {
         self.streaming_lists = streaming;
         self
+    }
+
+    /// Whether a watch of `K` in this scope fills its cache with a streaming list: as
+    /// `--streaming-lists` says, or, with `auto`, as the API server answered the scope's
+    /// one question (see [`streaming`]). Resolved when the watch starts, not when it is
+    /// built: building a controller makes no request.
+    fn streams_lists<K>(&self) -> impl Future<Output = bool> + Send + 'static
+    where
+        K: Watched,
+    {
+        let mode = self.streaming_lists;
+        let served = Arc::clone(&self.streaming_served);
+        let api = self.api::<K>();
+        let namespace = self.namespace.clone();
+        async move {
+            if mode != StreamingLists::Auto {
+                return mode == StreamingLists::Always;
+            }
+            let namespace = namespace.as_deref().unwrap_or("<all namespaces>");
+            let answer = served
+                .get_or_try_init(|| async {
+                    match streaming::probe(&api).await {
+                        streaming::Support::Served => {
+                            tracing::info!(
+                                %namespace,
+                                "the API server serves streaming lists (WatchList): the caches fill from watches"
+                            );
+                            Ok(true)
+                        }
+                        streaming::Support::Refused(reason) => {
+                            tracing::info!(
+                                %namespace, %reason,
+                                "the API server does not serve streaming lists (WatchList): the caches fill from paged lists"
+                            );
+                            Ok(false)
+                        }
+                        streaming::Support::Unknown(reason) => Err(reason),
+                    }
+                })
+                .await;
+            match answer {
+                Ok(served) => *served,
+                Err(reason) => {
+                    // Paged lists work on every server; the next watch asks again.
+                    tracing::warn!(
+                        %namespace, kind = %K::kind(&()), %reason,
+                        "could not tell whether the API server serves streaming lists; this watch fills its cache from paged lists"
+                    );
+                    false
+                }
+            }
+        }
     }
 
     /// The namespace, or `None` for cluster-wide.
@@ -336,11 +393,17 @@ impl Scope {
     where
         K: Watched,
     {
-        let wc = if self.streaming_lists {
-            wc.streaming_lists()
-        } else {
-            wc
-        };
+        let streams_lists = self.streams_lists::<K>();
+        let api = self.api::<K>();
+        let events = futures::stream::once(async move {
+            let wc = if streams_lists.await {
+                wc.streaming_lists()
+            } else {
+                wc
+            };
+            watcher(api, wc)
+        })
+        .flatten();
         let (reader, writer) = reflector::store::<K>();
         // Synced = the watcher's first full list is in the store. It is read off the event
         // stream rather than from `Store::wait_until_ready`: that future supports one waiter
@@ -360,7 +423,7 @@ impl Scope {
         let namespace = self.namespace.clone();
         let stream = reflector::reflector(
             writer,
-            watcher(self.api::<K>(), wc)
+            events
                 .default_backoff()
                 .modify(move |obj: &mut K| {
                     obj.managed_fields_mut().clear();
@@ -594,6 +657,87 @@ mod tests {
             readiness(&[all]).1,
             "namespace <all namespaces>: not synced yet"
         );
+    }
+
+    /// A client for a namespace with no ConfigMaps, on a server that serves streaming lists
+    /// (`served`) or refuses them as kube-apiserver 1.33 does; every request's query is kept.
+    fn configmap_server(served: bool) -> (Client, Arc<std::sync::Mutex<Vec<String>>>) {
+        use axum::http::{Request, Response};
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&asked);
+        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            seen.lock().unwrap().push(query.clone());
+            async move {
+                let end = r#"{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"7","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+                let (code, body) = if !query.contains("watch=true") {
+                    (200, r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"7"},"items":[]}"#.to_owned())
+                } else if query.contains("sendInitialEvents=true") && !served {
+                    (422, r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","code":422,"message":"sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}"#.to_owned())
+                } else if query.contains("sendInitialEvents=true") {
+                    (200, format!("{end}\n"))
+                } else {
+                    // A resumed watch with nothing to say: it stays open.
+                    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                    (200, String::new())
+                };
+                let mut response = Response::new(kube::client::Body::from(body.into_bytes()));
+                *response.status_mut() = code.try_into().unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (Client::new(service, "default"), asked)
+    }
+
+    /// With `auto`, the scope asks once (whatever number of watches it runs) and each watch
+    /// fills its cache the way the server serves: a streaming list, or a paged list after
+    /// a refusal, never a streaming watch retried forever.
+    #[tokio::test]
+    async fn auto_streams_where_the_server_serves_streaming_lists_and_pages_elsewhere() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        for served in [true, false] {
+            let (client, asked) = configmap_server(served);
+            let scope =
+                Scope::new(client, Some("a".into())).with_streaming_lists(StreamingLists::Auto);
+            let lists = scope.lists();
+            let (_store_a, stream_a) = scope.reflect::<ConfigMap>(watcher::Config::default());
+            let (_store_b, stream_b) = scope.reflect::<ConfigMap>(watcher::Config::default());
+            let drive =
+                tokio::spawn(futures::stream::select(stream_a, stream_b).for_each(|_| async {}));
+            // Both watches finish their first full list.
+            let mut lists_done = lists.clone();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                lists_done.wait_for(|n| *n >= 2),
+            )
+            .await
+            .expect("both caches filled")
+            .unwrap();
+            drive.abort();
+            let asked = asked.lock().unwrap().clone();
+            let probes = asked
+                .iter()
+                .filter(|q| q.contains("streaming-list-probe"))
+                .count();
+            assert_eq!(
+                probes, 1,
+                "served={served}: one question per scope: {asked:#?}"
+            );
+            let others: Vec<&String> = asked
+                .iter()
+                .filter(|q| !q.contains("streaming-list-probe"))
+                .collect();
+            let streamed = others
+                .iter()
+                .filter(|q| q.contains("sendInitialEvents=true"))
+                .count();
+            let paged = others.iter().filter(|q| !q.contains("watch=true")).count();
+            if served {
+                assert_eq!((streamed, paged), (2, 0), "{asked:#?}");
+            } else {
+                assert_eq!((streamed, paged), (0, 2), "{asked:#?}");
+            }
+        }
     }
 
     #[test]

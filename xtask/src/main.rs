@@ -152,7 +152,12 @@ enum PulsarAction {
 #[derive(Subcommand)]
 enum ClusterAction {
     /// Build (once) and start the cluster; prints `export KUBECONFIG=...` last.
-    Up,
+    Up {
+        /// The Kubernetes version (`1.34`, `v1.34.4`; see docs/kubernetes-versions.md).
+        /// Without it: the existing cluster's version, else the default.
+        #[arg(long, value_name = "VERSION")]
+        kubernetes: Option<String>,
+    },
     /// Stop every process `up` started and remove the cluster's data.
     Down,
     /// Say what runs and where the logs are.
@@ -170,7 +175,11 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Cluster { action } => match action {
-            ClusterAction::Up => cluster::up().map(drop),
+            ClusterAction::Up { kubernetes } => match kubernetes {
+                Some(requested) => cluster::up_with(Some(&cluster::Kubernetes::find(&requested)?)),
+                None => cluster::up(),
+            }
+            .map(drop),
             ClusterAction::Down => cluster::down(),
             ClusterAction::Status => cluster::status(),
             ClusterAction::Env => cluster::env(),

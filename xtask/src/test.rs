@@ -27,6 +27,15 @@ pub struct TestArgs {
     /// Only run end-to-end tests whose name contains this filter.
     #[arg(long)]
     e2e_filter: Option<String>,
+    /// The local cluster's Kubernetes version (`1.34`, `v1.34.4`; the versions are in
+    /// docs/kubernetes-versions.md); without it, the default, as in CI.
+    #[arg(long, value_name = "VERSION")]
+    kubernetes: Option<String>,
+    /// The compatibility run only: checks of the cluster (CRDs, streaming lists) and the
+    /// end-to-end tests of `cluster::compat::SUBSET`, without the static checks and unit
+    /// tests (they do not depend on the cluster); its record goes to target/compat/.
+    #[arg(long, conflicts_with_all = ["no_e2e", "e2e_filter"])]
+    compat: bool,
 }
 
 fn cargo() -> Command {
@@ -46,6 +55,21 @@ fn step(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
 /// Runs every check and test.
 pub fn run(args: &TestArgs) -> Result<()> {
     let start = Instant::now();
+    // A bad `--kubernetes` fails before anything runs.
+    let kubernetes = match &args.kubernetes {
+        Some(requested) => cluster::Kubernetes::find(requested)?,
+        None => cluster::Kubernetes::default_version()?,
+    };
+    if args.kubernetes.is_some()
+        && std::env::var_os("E2E_KUBECONFIG").is_some_and(|v| !v.is_empty())
+    {
+        anyhow::bail!(
+            "--kubernetes picks the local cluster's version, but E2E_KUBECONFIG points the tests at another cluster: unset one of them"
+        );
+    }
+    if args.compat {
+        return compat(args, &kubernetes, start);
+    }
     step("machine set-up (packages the tests need)", || {
         crate::deps::ensure_debian(&crate::deps::BUILD)?;
         crate::deps::ensure_debian(&crate::deps::TEST)?;
@@ -91,7 +115,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
         run_counting(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
     })?;
     if !args.no_e2e {
-        step("end-to-end tests", || e2e(args))?;
+        step("end-to-end tests", || e2e(args, &kubernetes, &mut None))?;
     }
     println!("all checks passed in {}", cmd::elapsed(start));
     let (passed, failed) = TOTALS.lock().map(|t| *t).unwrap_or_default();
@@ -206,7 +230,41 @@ fn hadolint() -> Result<()> {
     cmd::run(&mut lint)
 }
 
-fn e2e(args: &TestArgs) -> Result<()> {
+/// The compatibility run on `kubernetes`: its record is written whatever the outcome.
+fn compat(args: &TestArgs, kubernetes: &cluster::Kubernetes, start: Instant) -> Result<()> {
+    let mut facts = None;
+    let result = step(
+        &format!(
+            "compatibility run on Kubernetes {kubernetes} ({} end-to-end tests)",
+            cluster::compat::tests().len()
+        ),
+        || e2e(args, kubernetes, &mut facts),
+    );
+    let (passed, failed) = TOTALS.lock().map(|t| *t).unwrap_or_default();
+    let skipped = skipped_tests();
+    for line in &skipped {
+        println!("skipped: {line}");
+    }
+    let skipped = skipped.len() as u64;
+    cluster::compat::record(&cluster::compat::Outcome {
+        kubernetes: kubernetes.version().to_owned(),
+        facts: facts.unwrap_or_default(),
+        failure: result.as_ref().err().map(|e| format!("{e:#}")),
+        duration: cmd::elapsed(start),
+        passed: passed.saturating_sub(skipped),
+        failed,
+        skipped,
+    })?;
+    result
+}
+
+/// The end-to-end tests on the local cluster at `kubernetes` (or the one E2E_KUBECONFIG
+/// names); with `--compat`, the cluster's checks (their findings into `facts`) and the subset.
+fn e2e(
+    args: &TestArgs,
+    kubernetes: &cluster::Kubernetes,
+    facts: &mut Option<cluster::compat::Facts>,
+) -> Result<()> {
     // The tests run the operators as local processes: build them first.
     cmd::run(cargo().args(["build", "--quiet", "--bins"]))?;
     let external = std::env::var_os("E2E_KUBECONFIG").filter(|v| !v.is_empty());
@@ -217,14 +275,14 @@ fn e2e(args: &TestArgs) -> Result<()> {
     let pulsar_was_running = pulsar::is_running();
     let kubeconfig = match &external {
         Some(path) => path.into(),
-        None => cluster::up()?,
+        None => cluster::up_with(Some(kubernetes))?,
     };
     let _ = std::fs::remove_file(skipped_file());
     // The operators' logs of this run only: the RBAC test reads the requests they made.
     let _ = std::fs::remove_dir_all(paths::target_dir().join("e2e-logs"));
     let mut test = e2e_cargo(&kubeconfig, external.is_some())?;
     test.env("E2E_SKIPPED_FILE", skipped_file());
-    if args.e2e_filter.is_none() {
+    if args.e2e_filter.is_none() && !args.compat {
         // Every test runs: the RBAC test may also check that each permission was used.
         test.env("E2E_FULL_SUITE", "1");
     }
@@ -234,11 +292,23 @@ fn e2e(args: &TestArgs) -> Result<()> {
     if let Some(filter) = &args.e2e_filter {
         test.arg(filter);
     }
-    let mut result = run_counting(&mut test);
+    if args.compat {
+        test.arg("--exact").args(cluster::compat::tests());
+    }
+    let mut result = if args.compat {
+        let kubectl =
+            Kubectl::new(kubectl_for_tests(external.is_some())?).with_kubeconfig(&kubeconfig);
+        cluster::compat::check_cluster(&kubectl, kubernetes).map(|found| *facts = Some(found))
+    } else {
+        Ok(())
+    };
+    if result.is_ok() {
+        result = run_counting(&mut test);
+    }
     if result.is_ok() {
         result = no_namespace_left_terminating(&kubeconfig);
     }
-    if result.is_ok() && external.is_none() && args.e2e_filter.is_none() {
+    if result.is_ok() && external.is_none() && args.e2e_filter.is_none() && !args.compat {
         // Twice: the second run must find nothing the first left behind
         // (a namespace stuck Terminating, an operator still deployed).
         for run in ["", ", again"] {
@@ -285,7 +355,7 @@ pub(crate) fn e2e_cargo(kubeconfig: &std::path::Path, external: bool) -> Result<
 /// (an object whose finalizer nobody removes).
 fn no_namespace_left_terminating(kubeconfig: &std::path::Path) -> Result<()> {
     let terminating = || -> Vec<String> {
-        let Ok(kubectl) = cluster::build::kubectl() else {
+        let Ok(kubectl) = cluster::Layout::new().kubectl_binary() else {
             return Vec::new();
         };
         Kubectl::new(kubectl)
@@ -314,7 +384,8 @@ fn no_namespace_left_terminating(kubeconfig: &std::path::Path) -> Result<()> {
 }
 
 fn kubectl_for_tests(external: bool) -> Result<std::path::PathBuf> {
-    let built = cluster::build::kubectl()?;
+    // The local cluster's own version's kubectl.
+    let built = cluster::Layout::new().kubectl_binary()?;
     if external && !cmd::is_executable(&built) {
         return Ok("kubectl".into());
     }

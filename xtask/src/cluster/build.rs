@@ -126,19 +126,7 @@ impl Component {
 
     /// The version of `self.module` required by the wrapper's `go.mod`.
     pub fn version(&self) -> Result<String> {
-        let go_mod = self.module_dir().join("go.mod");
-        let text = std::fs::read_to_string(&go_mod)
-            .with_context(|| format!("reading {}", go_mod.display()))?;
-        text.lines()
-            .map(str::trim)
-            .map(|line| line.trim_start_matches("require").trim())
-            .find_map(|line| {
-                let mut words = line.split_whitespace();
-                (words.next() == Some(self.module))
-                    .then(|| words.next().map(str::to_owned))
-                    .flatten()
-            })
-            .with_context(|| format!("{} does not require {}", go_mod.display(), self.module))
+        required_version(&self.module_dir().join("go.mod"), self.module)
     }
 
     /// The cache folder holding this component's binaries.
@@ -161,51 +149,46 @@ impl Component {
             .all(|b| cmd::is_executable(&dir.join(b))))
     }
 
-    /// `-ldflags` stamping the real version into the binaries.
-    fn ldflags(&self, version: &str) -> String {
-        let mut flags = String::from("-s -w");
-        match self.name {
-            "kubernetes" => {
-                let minor = version.split('.').nth(1).unwrap_or("0");
-                for pkg in [
-                    "k8s.io/component-base/version",
-                    "k8s.io/client-go/pkg/version",
-                ] {
-                    flags.push_str(&format!(
-                        " -X {pkg}.gitVersion={version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} -X {pkg}.gitTreeState=clean -X {pkg}.buildDate=1970-01-01T00:00:00Z"
-                    ));
-                }
-            }
-            "kwok" => {
-                let bare = version.trim_start_matches('v');
-                flags.push_str(&format!(" -X sigs.k8s.io/kwok/pkg/consts.Version={bare}"));
-            }
-            "containerd" => {
-                flags.push_str(&format!(
-                    " -X github.com/containerd/containerd/v2/version.Version={version}"
-                ));
-            }
-            "coredns" => {}
-            "helm" => {
-                flags.push_str(&format!(
-                    " -X helm.sh/helm/v3/internal/version.version={version}"
-                ));
-            }
-            "cni" => {
-                flags.push_str(&format!(
-                    " -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}"
-                ));
-            }
-            _ => {}
-        }
-        flags
-    }
-
     /// Builds the component unless the cache already has it.
     pub fn ensure_built(&self) -> Result<()> {
         if self.is_built()? {
             return Ok(());
         }
+        GoBuild {
+            folder: self.folder,
+            name: self.name,
+            version: self.version()?,
+            module_dir: self.module_dir(),
+            packages: self.packages,
+            binaries: self.binaries,
+            bin_dir: self.bin_dir()?,
+        }
+        .run()
+    }
+}
+
+/// One `go build` of a module's packages into a cache folder.
+pub(super) struct GoBuild<'a> {
+    /// `cluster` or `tools`: for messages.
+    pub folder: &'a str,
+    /// The component's name: for messages and its `-ldflags`.
+    pub name: &'a str,
+    /// The version stamped into the binaries.
+    pub version: String,
+    /// Where the Go module is.
+    pub module_dir: PathBuf,
+    /// Packages to build; `.` is the module itself.
+    pub packages: &'a [&'a str],
+    /// The binaries the packages produce.
+    pub binaries: &'a [&'a str],
+    /// The cache folder the binaries end up in (all or none of them).
+    pub bin_dir: PathBuf,
+}
+
+impl GoBuild<'_> {
+    /// Builds into `<bin_dir>.partial`, then renames it to `bin_dir`: a build that stops
+    /// half-way leaves no folder that looks complete.
+    pub fn run(self) -> Result<()> {
         if !cmd::on_path("go") {
             bail!(
                 "Go is needed to build {} {} (for the local test cluster and its checks) but `go` is not on PATH.\n\
@@ -214,11 +197,11 @@ impl Component {
                  Alternatively use any cluster you can reach: point KUBECONFIG at it and set \
                  E2E_KUBECONFIG to the same file so the tests use it instead.",
                 self.name,
-                self.version()?
+                self.version
             );
         }
-        let version = self.version()?;
-        let final_dir = self.bin_dir()?;
+        let version = &self.version;
+        let final_dir = &self.bin_dir;
         let tmp_dir = final_dir.with_file_name("bin.partial");
         let _ = std::fs::remove_dir_all(&tmp_dir);
         std::fs::create_dir_all(&tmp_dir)?;
@@ -232,9 +215,9 @@ impl Component {
             final_dir.display()
         );
         let mut go = Command::new("go");
-        go.current_dir(self.module_dir())
+        go.current_dir(&self.module_dir)
             .args(["build", "-v", "-trimpath", "-ldflags"])
-            .arg(self.ldflags(&version))
+            .arg(ldflags(self.name, version))
             .arg("-o");
         if self.packages == ["."] {
             go.arg(tmp_dir.join(self.binaries[0]));
@@ -298,9 +281,9 @@ impl Component {
             );
         }
         if final_dir.exists() {
-            std::fs::remove_dir_all(&final_dir)?;
+            std::fs::remove_dir_all(final_dir)?;
         }
-        std::fs::rename(&tmp_dir, &final_dir)?;
+        std::fs::rename(&tmp_dir, final_dir)?;
         println!(
             "{}: built {} {} in {}",
             self.folder,
@@ -312,15 +295,77 @@ impl Component {
     }
 }
 
-/// Builds every component that the cache lacks.
-pub fn ensure_all() -> Result<()> {
+/// The version of `module` that the `go.mod` at `go_mod` requires.
+pub fn required_version(go_mod: &Path, module: &str) -> Result<String> {
+    let text =
+        std::fs::read_to_string(go_mod).with_context(|| format!("reading {}", go_mod.display()))?;
+    text.lines()
+        .map(str::trim)
+        .map(|line| line.trim_start_matches("require").trim())
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some(module))
+                .then(|| words.next().map(str::to_owned))
+                .flatten()
+        })
+        .with_context(|| format!("{} does not require {module}", go_mod.display()))
+}
+
+/// `-ldflags` stamping the real version into the binaries of the component `name`.
+fn ldflags(name: &str, version: &str) -> String {
+    let mut flags = String::from("-s -w");
+    match name {
+        "kubernetes" => {
+            let minor = version.split('.').nth(1).unwrap_or("0");
+            for pkg in [
+                "k8s.io/component-base/version",
+                "k8s.io/client-go/pkg/version",
+            ] {
+                flags.push_str(&format!(
+                    " -X {pkg}.gitVersion={version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} -X {pkg}.gitTreeState=clean -X {pkg}.buildDate=1970-01-01T00:00:00Z"
+                ));
+            }
+        }
+        "kwok" => {
+            let bare = version.trim_start_matches('v');
+            flags.push_str(&format!(" -X sigs.k8s.io/kwok/pkg/consts.Version={bare}"));
+        }
+        "containerd" => {
+            flags.push_str(&format!(
+                " -X github.com/containerd/containerd/v2/version.Version={version}"
+            ));
+        }
+        "coredns" => {}
+        "helm" => {
+            flags.push_str(&format!(
+                " -X helm.sh/helm/v3/internal/version.version={version}"
+            ));
+        }
+        "cni" => {
+            flags.push_str(&format!(
+                " -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}"
+            ));
+        }
+        _ => {}
+    }
+    flags
+}
+
+/// Builds every component that the cache lacks, with Kubernetes at `kubernetes`.
+pub fn ensure_all(kubernetes: &super::Kubernetes) -> Result<()> {
     for component in ALL {
-        component.ensure_built()?;
+        if component.name == KUBERNETES.name {
+            kubernetes.ensure_built()?;
+        } else {
+            component.ensure_built()?;
+        }
     }
     Ok(())
 }
 
-/// The `kubectl` built with the cluster, if it is there.
+/// The default version's `kubectl` (generating manifests needs one fixed kubectl: its
+/// kustomize decides their bytes); [`super::Layout::kubectl`] talks to the cluster with its
+/// own version's.
 pub fn kubectl() -> Result<PathBuf> {
     KUBERNETES.binary("kubectl")
 }

@@ -10,10 +10,13 @@
 //! that need pods scheduled and Ready but nothing running.
 
 pub mod build;
+pub mod compat;
+pub mod kubernetes;
 pub mod node;
 mod pki;
 mod process;
 
+pub use kubernetes::Kubernetes;
 pub use process::{Process, stop_process};
 
 use crate::cmd;
@@ -64,9 +67,21 @@ impl Layout {
     pub fn kubeconfig(&self) -> PathBuf {
         self.root.join("admin.kubeconfig")
     }
-    /// The cluster's own kubectl with the admin kubeconfig.
+    /// The cluster's own kubectl (its Kubernetes version's) with the admin kubeconfig.
     pub fn kubectl(&self) -> Result<Kubectl> {
-        Ok(Kubectl::new(build::kubectl()?).with_kubeconfig(self.kubeconfig()))
+        Ok(Kubectl::new(self.kubectl_binary()?).with_kubeconfig(self.kubeconfig()))
+    }
+    /// The kubectl of the cluster's Kubernetes version (the default's when there is no cluster).
+    pub fn kubectl_binary(&self) -> Result<PathBuf> {
+        Ok(self.kubernetes()?.binary("kubectl"))
+    }
+    /// The Kubernetes version of the cluster whose state this is (the default's when there
+    /// is none).
+    pub fn kubernetes(&self) -> Result<Kubernetes> {
+        match kubernetes::of_cluster(&self.root)? {
+            Some(k) => Ok(k),
+            None => Kubernetes::default_version(),
+        }
     }
     fn config(&self, name: &str) -> PathBuf {
         self.root.join("config").join(name)
@@ -93,7 +108,7 @@ impl Layout {
     /// The pid of `p` if it runs (and really is our binary).
     pub fn running_pid(&self, p: Process) -> Option<u32> {
         let pid = process_group::read_pid(&self.pid_file(p))?;
-        (is_our_process(pid) || runs_binary(pid, p)).then_some(pid)
+        (is_our_process(pid) || runs_binary(self, pid, p)).then_some(pid)
     }
 }
 
@@ -125,12 +140,23 @@ pub fn is_up(layout: &Layout) -> bool {
 }
 
 /// Builds what is missing, starts what is not running, waits until the
-/// cluster serves, and returns the admin kubeconfig.
+/// cluster serves, and returns the admin kubeconfig: the existing cluster's
+/// Kubernetes version, else the default.
 pub fn up() -> Result<PathBuf> {
+    up_with(None)
+}
+
+/// [`up`] at the Kubernetes version `requested` (`--kubernetes`), which must be
+/// the existing cluster's if there is one (`down` removes it first).
+pub fn up_with(requested: Option<&Kubernetes>) -> Result<PathBuf> {
     let start = Instant::now();
     let layout = Layout::new();
+    let kubernetes = kubernetes::for_up(&layout.root, requested)?;
     if is_up(&layout) {
-        println!("cluster: already running (`cargo xtask cluster status` shows where)");
+        println!(
+            "cluster: Kubernetes {kubernetes} already running{} (`cargo xtask cluster status` shows where)",
+            not_the_default(&kubernetes)
+        );
         // A cluster started by an older checkout may have fewer simulated nodes.
         register_nodes(&layout, node::supported())?;
         println!("{}", env_line(&layout));
@@ -149,10 +175,12 @@ pub fn up() -> Result<PathBuf> {
              pods run on simulated nodes only"
         );
     }
-    build::ensure_all()?;
+    build::ensure_all(&kubernetes)?;
     for dir in ["pids", "logs", "config", "data"] {
         std::fs::create_dir_all(layout.root.join(dir))?;
     }
+    // Before anything starts: later commands run this version's binaries on this data.
+    kubernetes::record(&layout.root, &kubernetes)?;
     pki::ensure(&layout.pki())?;
     write_configs(&layout)?;
     if real_node {
@@ -190,8 +218,8 @@ pub fn up() -> Result<PathBuf> {
     }
     std::fs::write(layout.root.join("up-complete"), "")?;
     println!(
-        "cluster: Kubernetes {} is up on {API_SERVER} with {}{NODES} simulated nodes ({} elapsed)",
-        build::KUBERNETES.version()?,
+        "cluster: Kubernetes {kubernetes}{} is up on {API_SERVER} with {}{NODES} simulated nodes ({} elapsed)",
+        not_the_default(&kubernetes),
         if real_node {
             format!("a real node ({}) and ", node::NODE_NAME)
         } else {
@@ -201,6 +229,14 @@ pub fn up() -> Result<PathBuf> {
     );
     println!("{}", env_line(&layout));
     Ok(layout.kubeconfig())
+}
+
+/// `" (not the default, v1.36.3)"` for a version other than the default.
+fn not_the_default(kubernetes: &Kubernetes) -> String {
+    match Kubernetes::default_version() {
+        Ok(default) if default != *kubernetes => format!(" (not the default, {default})"),
+        _ => String::new(),
+    }
 }
 
 fn write_configs(layout: &Layout) -> Result<()> {
@@ -342,7 +378,7 @@ pub fn down() -> Result<()> {
             println!("cluster: stopped {}", p.name());
         }
     }
-    for pid in stray_processes() {
+    for pid in stray_processes(&layout) {
         println!("cluster: stopping leftover process {pid}");
         process_group::signal_process(pid, "KILL");
     }
@@ -371,8 +407,10 @@ pub fn status() -> Result<()> {
         }
     }
     if is_up(&layout) {
+        let kubernetes = layout.kubernetes()?;
         println!("API server: {API_SERVER} (ready)");
-        println!("kubectl:    {}", build::kubectl()?.display());
+        println!("Kubernetes: {kubernetes}{}", not_the_default(&kubernetes));
+        println!("kubectl:    {}", layout.kubectl_binary()?.display());
         println!("{}", env_line(&layout));
     } else {
         println!("The cluster is not (fully) running: `cargo xtask cluster up` starts it.");

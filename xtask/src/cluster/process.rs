@@ -101,7 +101,8 @@ impl Process {
             })
     }
 
-    fn binary(self) -> Result<PathBuf> {
+    /// Its binary: Kubernetes's at the version of the cluster in `layout`.
+    fn binary(self, layout: &Layout) -> Result<PathBuf> {
         match self {
             Process::Etcd => build::ETCD.binary("etcd"),
             Process::Kwok => build::KWOK.binary("kwok"),
@@ -109,7 +110,7 @@ impl Process {
                 .context("docker-registry is not installed (apt-get install docker-registry)"),
             Process::Containerd => build::CONTAINERD.binary("containerd"),
             Process::CoreDns => build::COREDNS.binary("coredns"),
-            other => build::KUBERNETES.binary(other.name()),
+            other => Ok(layout.kubernetes()?.binary(other.name())),
         }
     }
 }
@@ -132,8 +133,8 @@ pub(super) fn is_our_process(pid: u32) -> bool {
 
 /// Whether `pid` is alive and runs `p`'s binary (for processes whose binary
 /// is not in the cache, such as Debian's registry).
-pub(super) fn runs_binary(pid: u32, p: Process) -> bool {
-    let (Some(exe), Ok(binary)) = (live_exe(pid), p.binary()) else {
+pub(super) fn runs_binary(layout: &Layout, pid: u32, p: Process) -> bool {
+    let (Some(exe), Ok(binary)) = (live_exe(pid), p.binary(layout)) else {
         return false;
     };
     std::fs::canonicalize(binary).is_ok_and(|b| b == exe)
@@ -279,7 +280,7 @@ fn secure_serving(kubeconfig: &str, port: u16) -> Vec<String> {
 
 /// Starts `p` in its own process group, logging to its log file.
 pub(super) fn start_process(layout: &Layout, p: Process) -> Result<()> {
-    let binary = p.binary()?;
+    let binary = p.binary(layout)?;
     let log_path = layout.log(p);
     let log = File::options()
         .create(true)
@@ -356,18 +357,33 @@ pub fn stop_process(layout: &Layout, p: Process) -> Result<bool> {
         term: Duration::from_secs(15),
         kill: Duration::from_secs(5),
     };
-    let _ = process_group::stop(pid, grace, || is_our_process(pid), || {});
+    // Debian's registry is not a cached binary: recognise it as `running_pid` does, or it
+    // would never be signalled and outlive `down`, holding its port.
+    let ours = || is_our_process(pid) || runs_binary(layout, pid, p);
+    let _ = process_group::stop(pid, grace, ours, || {});
     let _ = std::fs::remove_file(layout.pid_file(p));
     Ok(true)
 }
 
-/// Every process on this machine running one of the cached cluster binaries.
-pub(super) fn stray_processes() -> Vec<u32> {
+/// Every process on this machine running one of the cached cluster binaries, or serving
+/// this cluster's registry (a registry an older `down` left running keeps the port, and
+/// the next `up`'s registry cannot start).
+pub(super) fn stray_processes(layout: &Layout) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let registry_config = layout.config("registry.yaml").display().to_string();
+    let serves_our_registry = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == registry_config.as_bytes())
+        }) && runs_binary(layout, pid, Process::Registry)
+    };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != std::process::id() && is_our_process(*pid))
+        .filter(|pid| {
+            *pid != std::process::id() && (is_our_process(*pid) || serves_our_registry(*pid))
+        })
         .collect()
 }

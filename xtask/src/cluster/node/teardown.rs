@@ -2,7 +2,7 @@
 //! namespaces, bridge, rules and cgroups.
 
 use super::{BRIDGE, NFT_TABLE, NodeLayout};
-use crate::cluster::{Layout, build};
+use crate::cluster::Layout;
 use crate::cmd;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -39,7 +39,7 @@ pub fn tear_down(layout: &Layout) {
         .stderr(Stdio::null())
         .status();
     // kube-proxy's own chains: it removes them with --cleanup.
-    if let Ok(proxy) = build::KUBERNETES.binary("kube-proxy")
+    if let Ok(proxy) = layout.kubernetes().map(|k| k.binary("kube-proxy"))
         && cmd::is_executable(&proxy)
     {
         let _ = Command::new(proxy)
