@@ -33,8 +33,8 @@ pub(super) fn controller(op: Operator) -> Option<&'static str> {
 
 /// The Go binary: `given` when it names one, else built from `../shared/go-ref` into the
 /// cache (again only when a source file is newer than the binary).
-pub(super) fn binary(given: &Path) -> Result<PathBuf> {
-    if !given.as_os_str().is_empty() {
+pub(super) fn binary(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(given) = given {
         ensure!(
             given.is_file(),
             "--go-ref {}: no such file (build it: see `cargo xtask bench operator --help`)",
@@ -138,6 +138,6 @@ mod tests {
     #[test]
     fn a_named_binary_must_exist() {
         let missing = std::env::temp_dir().join("no-such-go-ref-binary");
-        assert!(binary(&missing).is_err());
+        assert!(binary(Some(&missing)).is_err());
     }
 }

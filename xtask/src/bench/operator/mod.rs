@@ -121,7 +121,7 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
                     args.operator.name()
                 )
             })?;
-            Some((go_ref::binary(path)?, controller))
+            Some((go_ref::binary(path.as_deref())?, controller))
         }
         None => None,
     };

@@ -45,8 +45,9 @@ pub struct OperatorArgs {
     /// compares them (`target/bench/side-by-side.md`). PATH is its binary; without it,
     /// the bench builds `../shared/go-ref` (beside the repository) into
     /// `~/.cache/rust-operators/go-ref/` (`go build`, outside the repository).
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
-    pub(super) go_ref: Option<PathBuf>,
+    #[arg(long, value_name = "PATH")]
+    #[allow(clippy::option_option)]
+    pub(super) go_ref: Option<Option<PathBuf>>,
 }
 
 impl Default for OperatorArgs {

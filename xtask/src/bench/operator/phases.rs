@@ -67,6 +67,9 @@ impl Session<'_> {
                     .with_context(|| format!("creating {name}"))
             })
             .await?;
+        // Writes that follow the last Ready status (its event) belong to the create phase,
+        // not to the quiet window.
+        self.settle_requests().await;
         let loaded = self.end_phase()?;
         let latency = self.latencies(&created)?;
         let ready_curve_seconds = {
@@ -113,6 +116,7 @@ impl Session<'_> {
             cpu_seconds: loaded.cpu_seconds,
             writes: loaded.requests.writes,
             requests: loaded.requests,
+            cluster_cpu_seconds: loaded.cluster_cpu,
         })
     }
 

@@ -180,6 +180,9 @@ pub(crate) struct Create {
     pub writes: u64,
     /// Requests of the phase.
     pub requests: Requests,
+    /// CPU seconds of each process of the local cluster during the phase (shared with
+    /// whatever else ran on it).
+    pub cluster_cpu_seconds: BTreeMap<String, f64>,
 }
 
 /// The pods seen by the bench's watch.

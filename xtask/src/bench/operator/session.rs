@@ -38,6 +38,7 @@ pub(super) struct Target<'a> {
 struct Mark {
     sample: Sample,
     requests: usize,
+    cluster_cpu: BTreeMap<String, f64>,
 }
 
 /// What a phase ends with: the figures then, and the CPU time and requests
@@ -46,6 +47,8 @@ pub(super) struct PhaseEnd {
     pub(super) sample: Sample,
     pub(super) cpu_seconds: f64,
     pub(super) requests: Requests,
+    /// CPU seconds of each process of the local cluster meanwhile.
+    pub(super) cluster_cpu: BTreeMap<String, f64>,
 }
 
 /// What the phases share: the run's target, the bench's watches and the
@@ -152,14 +155,17 @@ impl<'a> Session<'a> {
         let sample = self.process.sample()?;
         let position = self.process.request_position();
         let counts = self.process.requests_between(self.mark.requests, position);
+        let cluster_cpu = procfs::cluster_cpu();
         let end = PhaseEnd {
             sample,
             cpu_seconds: round3(sample.cpu_seconds - self.mark.sample.cpu_seconds),
             requests: Requests::from_counts(counts, self.n),
+            cluster_cpu: procfs::cpu_since(&self.mark.cluster_cpu, &cluster_cpu),
         };
         self.mark = Mark {
             sample,
             requests: position,
+            cluster_cpu,
         };
         Ok(end)
     }
@@ -188,6 +194,7 @@ impl<'a> Session<'a> {
         self.mark = Mark {
             sample: Sample::default(),
             requests: self.process.first_request(),
+            cluster_cpu: procfs::cluster_cpu(),
         };
         Ok(stopped)
     }
@@ -203,6 +210,22 @@ impl<'a> Session<'a> {
         self.objects
             .lock()
             .map_or(0, |o| o.ready(&self.names, generations))
+    }
+
+    /// Waits until the operator has made no request (logged nothing) for a second, at
+    /// most 10 s.
+    pub(super) async fn settle_requests(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = (self.process.request_position(), Instant::now());
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.process.request_position();
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() >= Duration::from_secs(1) {
+                return;
+            }
+        }
     }
 
     /// Pods that exist and are not terminating.
