@@ -27,10 +27,13 @@
 //! Results: `target/bench/<operator>-<N>.json`, and from every such file
 //! `target/bench/operators.md` and `target/bench/ready-over-time.svg`.
 
+mod go_ref;
 mod options;
 mod phases;
 mod process;
 mod procfs;
+mod proxy;
+mod reaction;
 mod record;
 pub(crate) mod report;
 mod run;
@@ -44,8 +47,10 @@ use crate::bench::common::out_dir;
 use crate::cluster;
 use anyhow::{Context, Result, ensure};
 use options::{run_name, standard_set};
+use process::Launcher;
 use std::fs;
 use std::path::{Path, PathBuf};
+use watch::StatusShape;
 use xtask::kubectl::Kubectl;
 use xtask::local_operator;
 
@@ -105,7 +110,30 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the tokio runtime")
 }
 
+/// The Rust operator's run, then with `--go-ref` the Go original's, each recorded.
 fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
+    // Found (or built) first: a missing Go original fails the command at once.
+    let go = match &args.go_ref {
+        Some(path) => {
+            let controller = go_ref::controller(args.operator).with_context(|| {
+                format!(
+                    "--go-ref: the Go originals have no {} (only podset and memcached)",
+                    args.operator.name()
+                )
+            })?;
+            Some((go_ref::binary(path.as_deref())?, controller))
+        }
+        None => None,
+    };
+    bench_rust(runtime, args)?;
+    if let Some((binary, controller)) = go {
+        bench_go(runtime, args, binary, controller)?;
+    }
+    Ok(())
+}
+
+/// One run of the Rust operator, recorded in `target/bench/<run>.json`.
+fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
     let op = args.operator;
     println!(
         "==> bench operator: {} with {} objects ({} replicas){}",
@@ -126,15 +154,70 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
     // `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
     local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
     let sa_kubeconfig = service_account_kubeconfig(op, &kubeconfig)?;
-    let result = runtime.block_on(run::bench(args, &binary, &kubeconfig, &sa_kubeconfig));
+    let launcher = Launcher::Rust {
+        binary,
+        kubeconfig: sa_kubeconfig.clone(),
+    };
+    let result = runtime.block_on(async {
+        let client = xtask::kubeconfig::client_from(&kubeconfig).await?;
+        run::bench(args, &launcher, StatusShape::Conditions, &client).await
+    });
     let _ = fs::remove_file(&sa_kubeconfig);
-    let outcome = result?;
-    let path = out_dir()?.join(format!(
-        "{}.json",
-        run_name(op, args.objects, args.stranger_pods)
+    record(&result?, &run_name(op, args.objects, args.stranger_pods))
+}
+
+/// One run of the Go original (`-controller <controller>`), recorded in
+/// `target/bench/<run>-go.json`. It runs with the admin credentials (through the
+/// counting proxy): the Rust operators' RBAC in `deploy/` is not written for it.
+fn bench_go(
+    runtime: &tokio::runtime::Runtime,
+    args: &OperatorArgs,
+    binary: PathBuf,
+    controller: &'static str,
+) -> Result<()> {
+    let op = args.operator;
+    println!(
+        "==> bench operator: the Go original of {} ({}) with {} objects ({} replicas)",
+        op.name(),
+        binary.display(),
+        args.objects,
+        args.replicas
+    );
+    let kubeconfig = cluster::up()?;
+    local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
+    let shape = match op {
+        Operator::Memcached => StatusShape::GoMemcached,
+        _ => StatusShape::GoPodSet,
+    };
+    let proxy_kubeconfig = out_dir()?.join("logs").join(format!(
+        "{}-go-proxy-{}.kubeconfig",
+        op.name(),
+        std::process::id()
     ));
+    let result = runtime.block_on(async {
+        let client = xtask::kubeconfig::client_from(&kubeconfig).await?;
+        let proxy = proxy::CountingProxy::start(client.clone()).await?;
+        proxy.write_kubeconfig(&proxy_kubeconfig)?;
+        let launcher = Launcher::Go {
+            binary,
+            controller,
+            proxy: std::sync::Arc::new(proxy),
+            kubeconfig: proxy_kubeconfig.clone(),
+        };
+        run::bench(args, &launcher, shape, &client).await
+    });
+    let _ = fs::remove_file(&proxy_kubeconfig);
+    record(
+        &result?,
+        &format!("{}-go", run_name(op, args.objects, args.stranger_pods)),
+    )
+}
+
+/// Writes `target/bench/<name>.json` and prints the run's line.
+fn record(outcome: &record::RunRecord, name: &str) -> Result<()> {
+    let path = out_dir()?.join(format!("{name}.json"));
     fs::write(&path, outcome.to_json()?).with_context(|| format!("writing {}", path.display()))?;
-    println!("{}", report::one_line(&outcome));
+    println!("{}", report::one_line(outcome));
     println!("wrote {}", path.display());
     Ok(())
 }

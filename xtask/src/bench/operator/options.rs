@@ -4,6 +4,7 @@
 use clap::{Args, ValueEnum};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Options of `cargo xtask bench operator`.
@@ -34,6 +35,19 @@ pub struct OperatorArgs {
     /// Extra environment of the operator process, e.g. `MALLOC_ARENA_MAX=2` (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub(super) env: Vec<String>,
+    /// Rounds of the reaction phase: one object at rest scaled by one replica (or its
+    /// spec edited where the kind does not scale), timed to the operator's first child
+    /// write and to the status showing it; 0 skips the phase.
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub(super) reaction_rounds: u32,
+    /// Also run the same phases against the seed's Go original (PodSet and Memcached, on
+    /// controller-runtime), after the Rust operator, in a namespace of its own; one table
+    /// compares them (`target/bench/side-by-side.md`). PATH is its binary; without it,
+    /// the bench builds `../shared/go-ref` (beside the repository) into
+    /// `~/.cache/rust-operators/go-ref/` (`go build`, outside the repository).
+    #[arg(long, value_name = "PATH")]
+    #[allow(clippy::option_option)]
+    pub(super) go_ref: Option<Option<PathBuf>>,
 }
 
 impl Default for OperatorArgs {
@@ -47,6 +61,8 @@ impl Default for OperatorArgs {
             standard: false,
             stranger_pods: 0,
             env: Vec::new(),
+            reaction_rounds: 12,
+            go_ref: None,
         }
     }
 }
@@ -104,6 +120,11 @@ impl Operator {
     /// Its custom resource.
     pub(super) fn api_resource(self) -> ApiResource {
         self.kind().api_resource()
+    }
+
+    /// Whether its kind has a scale subresource (`kubectl scale` works on it).
+    pub(super) fn has_scale(self) -> bool {
+        self != Operator::Lolcow
     }
 
     /// Pods one object runs with `replicas`.

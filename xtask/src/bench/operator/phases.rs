@@ -67,6 +67,9 @@ impl Session<'_> {
                     .with_context(|| format!("creating {name}"))
             })
             .await?;
+        // Writes that follow the last Ready status (its event) belong to the create phase,
+        // not to the quiet window.
+        self.settle_requests().await;
         let loaded = self.end_phase()?;
         let latency = self.latencies(&created)?;
         let ready_curve_seconds = {
@@ -89,14 +92,19 @@ impl Session<'_> {
         };
         let all_ready_seconds = seconds(t_create, created.converged);
         println!(
-            "    create: {n} objects Ready in {all_ready_seconds}s (p50 {}s, p99 {}s), peak RSS {} MiB",
+            "    create: {n} objects Ready in {all_ready_seconds}s (their status {}s, their pods {}s; p50 {}s, p99 {}s), {} status writes, peak RSS {} MiB",
+            seconds(t_create, created.objects_ready),
+            seconds(t_create, created.pods_ready),
             quantile(&latency, 0.5),
             quantile(&latency, 0.99),
+            loaded.requests.status_writes(),
             procfs::mib(loaded.sample.hwm_kib)
         );
         Ok(Create {
             submit_seconds: seconds(t_create, created.answered),
             all_ready_seconds,
+            objects_ready_seconds: seconds(t_create, created.objects_ready),
+            pods_ready_seconds: seconds(t_create, created.pods_ready),
             latency_p50_seconds: quantile(&latency, 0.5),
             latency_p99_seconds: quantile(&latency, 0.99),
             latency_max_seconds: quantile(&latency, 1.0),
@@ -108,6 +116,7 @@ impl Session<'_> {
             cpu_seconds: loaded.cpu_seconds,
             writes: loaded.requests.writes,
             requests: loaded.requests,
+            cluster_cpu_seconds: loaded.cluster_cpu,
         })
     }
 
@@ -250,9 +259,9 @@ impl Session<'_> {
         println!("    delete: children gone in {children_gone_seconds}s");
         let end = self.end_phase()?;
         // Every request of both processes (before and after the restart).
-        let last_log = self.log_until_mark();
+        let last = Requests::from_counts(self.requests_until_mark(), self.n);
         self.process.stop();
-        let (first_log, first_end) = self.first_process.take().unwrap_or_default();
+        let (first, first_end) = self.first_process.take().unwrap_or_default();
         let delete = Delete {
             objects_gone_seconds: seconds(t_delete, t_objects_gone),
             children_gone_seconds,
@@ -264,7 +273,7 @@ impl Session<'_> {
             rss_kib: end.sample.rss_kib,
             threads: end.sample.threads,
             cpu_seconds: round3(first_end.cpu_seconds + end.sample.cpu_seconds),
-            requests: Requests::in_log(&format!("{first_log}{last_log}"), self.n),
+            requests: Requests::from_counts(first, self.n).plus(&last, self.n),
         };
         Ok((delete, end))
     }

@@ -1,55 +1,193 @@
-//! The operator under test, a local process (see `xtask::local_operator`).
+//! The operator under test, a local process: the Rust operator as `xtask::local_operator`
+//! runs it (its ServiceAccount's token, JSON logs with one line per API request), or the
+//! Go original behind the bench's counting proxy (see `proxy.rs`).
 
 use super::procfs;
+use super::proxy::CountingProxy;
 use anyhow::{Context, Result, bail, ensure};
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use xtask::local_operator::{Launch, LocalOperator};
+use xtask::local_operator::{Launch, LocalOperator, free_port};
+use xtask::{process_group, requests};
+
+/// What runs, and how its requests are counted.
+#[derive(Clone)]
+pub(super) enum Launcher {
+    /// A Rust operator's binary, as its ServiceAccount (`kubeconfig`); its requests are
+    /// the `requesting` lines of its log.
+    Rust {
+        binary: PathBuf,
+        kubeconfig: PathBuf,
+    },
+    /// The Go original (`-controller <controller>`), through `proxy`, which counts its
+    /// requests and sends them on with the bench's (admin) credentials.
+    Go {
+        binary: PathBuf,
+        controller: &'static str,
+        proxy: Arc<CountingProxy>,
+        /// The kubeconfig pointing at the proxy.
+        kubeconfig: PathBuf,
+    },
+}
+
+impl Launcher {
+    /// `rust` or `go`, as the record names it.
+    pub(super) fn implementation(&self) -> &'static str {
+        match self {
+            Launcher::Rust { .. } => "rust",
+            Launcher::Go { .. } => "go",
+        }
+    }
+}
+
+/// The running process, by kind.
+enum Running {
+    Rust(LocalOperator),
+    Go {
+        child: Child,
+        log_path: PathBuf,
+        metrics_port: u16,
+        health_port: u16,
+        proxy: Arc<CountingProxy>,
+    },
+}
 
 /// The operator under test; SIGTERM (then SIGKILL) when dropped.
-pub(super) struct OperatorProcess(pub(super) LocalOperator);
+pub(super) struct OperatorProcess {
+    running: Running,
+    /// Where its requests began in the request record (the proxy outlives a restart).
+    first_request: usize,
+}
 
 impl OperatorProcess {
-    /// Starts `binary` as the ServiceAccount of `kubeconfig`, watching `namespace`.
+    /// Starts what `launcher` names, watching `namespace`.
     pub(super) fn start(
-        binary: &Path,
-        kubeconfig: &Path,
+        launcher: &Launcher,
         namespace: &str,
         log_path: &Path,
         env: &[(String, String)],
     ) -> Result<Self> {
-        Ok(Self(LocalOperator::spawn(Launch {
-            binary,
-            kubeconfig,
-            watch_namespace: namespace,
-            log_path,
-            args: &[],
-            env,
-        })?))
+        let running = match launcher {
+            Launcher::Rust { binary, kubeconfig } => Running::Rust(LocalOperator::spawn(Launch {
+                binary,
+                kubeconfig,
+                watch_namespace: namespace,
+                log_path,
+                args: &[],
+                env,
+            })?),
+            Launcher::Go {
+                binary,
+                controller,
+                proxy,
+                kubeconfig,
+            } => {
+                let (metrics_port, health_port) = (free_port()?, free_port()?);
+                let log = File::create(log_path)
+                    .with_context(|| format!("creating {}", log_path.display()))?;
+                let child = Command::new(binary)
+                    .arg(format!("-controller={controller}"))
+                    .arg(format!("-metrics-bind-address=127.0.0.1:{metrics_port}"))
+                    .arg(format!(
+                        "-health-probe-bind-address=127.0.0.1:{health_port}"
+                    ))
+                    .env("KUBECONFIG", kubeconfig)
+                    .env("WATCH_NAMESPACE", namespace)
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .stdin(Stdio::null())
+                    .stdout(log.try_clone()?)
+                    .stderr(log)
+                    .spawn()
+                    .with_context(|| format!("starting {}", binary.display()))?;
+                Running::Go {
+                    child,
+                    log_path: log_path.to_owned(),
+                    metrics_port,
+                    health_port,
+                    proxy: proxy.clone(),
+                }
+            }
+        };
+        let mut process = Self {
+            running,
+            first_request: 0,
+        };
+        process.first_request = process.request_position();
+        Ok(process)
+    }
+
+    fn pid(&self) -> u32 {
+        match &self.running {
+            Running::Rust(op) => op.pid(),
+            Running::Go { child, .. } => child.id(),
+        }
+    }
+
+    fn log_path(&self) -> &Path {
+        match &self.running {
+            Running::Rust(op) => &op.log_path,
+            Running::Go { log_path, .. } => log_path,
+        }
+    }
+
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        match &mut self.running {
+            Running::Rust(op) => op.exited(),
+            Running::Go { child, .. } => child.try_wait().ok().flatten(),
+        }
     }
 
     /// SIGTERM, up to 10 s to exit, then SIGKILL.
     pub(super) fn stop(&mut self) {
-        self.0.stop(Duration::from_secs(10));
+        let grace = Duration::from_secs(10);
+        match &mut self.running {
+            Running::Rust(op) => op.stop(grace),
+            Running::Go { child, .. } => {
+                if child.try_wait().ok().flatten().is_none() {
+                    process_group::signal_process(child.id(), "TERM");
+                    let deadline = Instant::now() + grace;
+                    while Instant::now() < deadline && child.try_wait().ok().flatten().is_none() {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
     }
 
     /// Its memory, threads and CPU time now.
     pub(super) fn sample(&self) -> Result<procfs::Sample> {
-        procfs::sample(self.0.pid())
-            .with_context(|| format!("the operator is gone; log: {}", self.0.log_path.display()))
+        procfs::sample(self.pid())
+            .with_context(|| format!("the operator is gone; log: {}", self.log_path().display()))
+    }
+
+    fn ports(&self) -> (u16, u16) {
+        match &self.running {
+            Running::Rust(op) => (op.metrics_port, op.health_port),
+            Running::Go {
+                metrics_port,
+                health_port,
+                ..
+            } => (*metrics_port, *health_port),
+        }
     }
 
     /// Waits up to 60 s for `/readyz` to answer 200.
     pub(super) async fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(status) = self.0.exited() {
+            if let Some(status) = self.exited() {
                 bail!(
                     "the operator exited ({status}); log: {}",
-                    self.0.log_path.display()
+                    self.log_path().display()
                 );
             }
-            let (port, path) = (self.0.health_port, self.0.log_path.clone());
+            let (port, path) = (self.ports().1, self.log_path().to_owned());
             let ok = tokio::task::spawn_blocking(move || {
                 xtask::http::get(port, "/readyz").is_ok_and(|(code, _)| code == 200)
             })
@@ -66,29 +204,40 @@ impl OperatorProcess {
         }
     }
 
-    /// The operator's log so far, from byte `from`.
-    pub(super) fn log_from(&self, from: usize) -> String {
-        self.0.log_from(from)
+    /// The operator's whole log so far.
+    fn log(&self) -> String {
+        let text = std::fs::read(self.log_path()).unwrap_or_default();
+        String::from_utf8_lossy(&text).into_owned()
     }
 
-    /// The operator's log from byte `from` to byte `to` (empty when those are
-    /// not character boundaries).
-    pub(super) fn log_between(&self, from: usize, to: usize) -> String {
-        let log = self.log_from(0);
-        log.get(from..to.min(log.len()))
-            .unwrap_or_default()
-            .to_owned()
+    /// Where its request record stands now (a phase boundary): bytes of its log, or
+    /// requests through the proxy.
+    pub(super) fn request_position(&self) -> usize {
+        match &self.running {
+            Running::Rust(op) => op.log_len(),
+            Running::Go { proxy, .. } => proxy.len(),
+        }
     }
 
-    /// Bytes logged so far (a phase boundary).
-    pub(super) fn log_len(&self) -> usize {
-        self.0.log_len()
+    /// The requests it made between two positions, by `"<verb> <resource>"`.
+    pub(super) fn requests_between(&self, from: usize, to: usize) -> BTreeMap<String, u64> {
+        match &self.running {
+            Running::Rust(_) => {
+                let log = self.log();
+                requests::count(log.get(from..to.min(log.len())).unwrap_or_default())
+            }
+            Running::Go { proxy, .. } => proxy.count(from, to),
+        }
+    }
+
+    /// Where this process's requests begin in the record.
+    pub(super) fn first_request(&self) -> usize {
+        self.first_request
     }
 
     /// `controller_runtime_reconcile_total`, summed over results.
     pub(super) fn reconciles(&self) -> u64 {
-        self.0
-            .metrics()
+        xtask::http::get(self.ports().0, "/metrics")
             .map(|(_, body)| {
                 body.lines()
                     .filter(|l| l.starts_with("controller_runtime_reconcile_total"))

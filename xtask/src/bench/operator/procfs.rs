@@ -2,6 +2,7 @@
 //! threads and CPU time.
 
 use crate::cmd;
+use std::collections::BTreeMap;
 use std::fs;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -40,6 +41,37 @@ pub fn sample(pid: u32) -> Option<Sample> {
         threads: field("Threads:"),
         cpu_seconds: cpu_ticks(&stat)? as f64 / clock_ticks_per_second(),
     })
+}
+
+/// CPU seconds so far of each process of the local cluster (`kube-apiserver`, `etcd`,
+/// `kube-controller-manager`, `kube-proxy`...), by name, from the cluster's pid files.
+/// What the cluster spends on an operator's objects is part of its cost (Services make
+/// kube-proxy and the EndpointSlice controller work), and on two shared cores it is
+/// time the operator waits for.
+pub fn cluster_cpu() -> BTreeMap<String, f64> {
+    let dir = xtask::paths::state_dir("cluster").join("pids");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return BTreeMap::new();
+    };
+    entries
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let name = path.file_name()?.to_str()?.strip_suffix(".pid")?.to_owned();
+            let pid: u32 = fs::read_to_string(&path).ok()?.trim().parse().ok()?;
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            Some((name, cpu_ticks(&stat)? as f64 / clock_ticks_per_second()))
+        })
+        .collect()
+}
+
+/// CPU seconds between two readings of [`cluster_cpu`], by process, to the hundredth.
+pub fn cpu_since(before: &BTreeMap<String, f64>, now: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    now.iter()
+        .map(|(name, t)| {
+            let spent = t - before.get(name).copied().unwrap_or(*t);
+            (name.clone(), (spent.max(0.0) * 100.0).round() / 100.0)
+        })
+        .collect()
 }
 
 /// `utime + stime` (clock ticks) from a `/proc/<pid>/stat` line. The command

@@ -19,8 +19,11 @@ pub(crate) struct RunRecord {
     pub benchmark: String,
     /// The operator's command-line name (`podset`...).
     pub operator: String,
-    /// Its crate and binary.
+    /// Its crate and binary (`go-ref -controller <kind>` for the Go original).
     pub binary: String,
+    /// `rust` (empty in older files), or `go`: the seed's Go original on
+    /// controller-runtime, measured side by side (`--go-ref`).
+    pub implementation: String,
     /// How the binary was built.
     pub build: String,
     /// Objects created at once (N).
@@ -53,6 +56,8 @@ pub(crate) struct RunRecord {
     pub steady: Steady,
     /// Stop and start with everything in place (`None` in older files).
     pub restart: Option<Restart>,
+    /// One object at rest changed at a time (`None` in older files, or with 0 rounds).
+    pub reaction: Option<Reaction>,
     /// Every spec changed at once, until every object is Ready again.
     pub change: Change,
     /// Every object deleted, until no child is left.
@@ -81,8 +86,14 @@ pub(crate) struct Requests {
 
 impl Requests {
     /// The requests a stretch of log records, with `objects` objects in play.
+    #[cfg(test)]
     pub(crate) fn in_log(log: &str, objects: u32) -> Self {
-        let by_verb = requests::count(log);
+        Self::from_counts(requests::count(log), objects)
+    }
+
+    /// Requests counted by `"<verb> <resource>"`, with `objects` objects in play.
+    pub(crate) fn from_counts(by_verb: BTreeMap<String, u64>, objects: u32) -> Self {
+        let objects = objects.max(1);
         let (total, writes) = requests::totals(&by_verb);
         Self {
             total,
@@ -91,6 +102,27 @@ impl Requests {
             writes_per_object: round3(writes as f64 / f64::from(objects)),
             by_verb,
         }
+    }
+
+    /// Writes to a `/status` subresource.
+    pub(crate) fn status_writes(&self) -> u64 {
+        self.by_verb
+            .iter()
+            .filter(|(k, _)| {
+                k.split_once(' ').is_some_and(|(verb, resource)| {
+                    requests::is_write(verb) && resource.ends_with("/status")
+                })
+            })
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// The sum of two counts.
+    pub(crate) fn plus(mut self, other: &Self, objects: u32) -> Self {
+        for (k, v) in &other.by_verb {
+            *self.by_verb.entry(k.clone()).or_insert(0) += v;
+        }
+        Self::from_counts(self.by_verb, objects)
     }
 }
 
@@ -120,8 +152,12 @@ pub(crate) struct Startup {
 pub(crate) struct Create {
     /// Until every create request was answered.
     pub submit_seconds: f64,
-    /// Until every object was Ready with exactly the wanted pods.
+    /// Until every object was Ready with exactly the wanted pods, each pod Ready.
     pub all_ready_seconds: f64,
+    /// Until every object's own status first said Ready.
+    pub objects_ready_seconds: f64,
+    /// Until exactly the wanted pods first existed, each Ready.
+    pub pods_ready_seconds: f64,
     /// Create request to Ready, per object: the median.
     pub latency_p50_seconds: f64,
     /// The 99th percentile.
@@ -144,6 +180,9 @@ pub(crate) struct Create {
     pub writes: u64,
     /// Requests of the phase.
     pub requests: Requests,
+    /// CPU seconds of each process of the local cluster during the phase (shared with
+    /// whatever else ran on it).
+    pub cluster_cpu_seconds: BTreeMap<String, f64>,
 }
 
 /// The pods seen by the bench's watch.
@@ -204,6 +243,36 @@ pub(crate) struct Restart {
     pub steady_rss_kib: u64,
     /// CPU time of the new process.
     pub cpu_seconds: f64,
+}
+
+/// One object at rest changed at a time, round after round: how soon the operator acts.
+/// Every time is the bench's: from just before it sends the change to when its own
+/// watch sees the operator's write.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Reaction {
+    /// The change (`replicas 3 -> 4 (scale subresource)`...).
+    pub what: String,
+    /// Rounds (one object each, at rest since it converged).
+    pub rounds: u32,
+    /// To the operator's first write to the object's children (a pod created or marked
+    /// for deletion, a Deployment created or its spec changed), per round.
+    pub child_write_seconds: Vec<f64>,
+    /// Their median.
+    pub child_write_p50_seconds: f64,
+    /// Their 99th percentile.
+    pub child_write_p99_seconds: f64,
+    /// To the status that shows the change done (Ready at the new spec, as the
+    /// implementation's status says it), per round.
+    pub status_seconds: Vec<f64>,
+    /// Their median.
+    pub status_p50_seconds: f64,
+    /// Their 99th percentile.
+    pub status_p99_seconds: f64,
+    /// CPU time of the phase.
+    pub cpu_seconds: f64,
+    /// Requests of the phase (per object: per round).
+    pub requests: Requests,
 }
 
 /// Every spec changed at once.

@@ -4,7 +4,7 @@
 
 use super::procfs::mib;
 use super::record::{Requests, RunRecord};
-use crate::bench::common::{out_dir, table};
+use crate::bench::common::{out_dir, round3, table};
 use crate::bench::machine::Machine;
 use anyhow::{Context, Result};
 use serde::Deserialize;
@@ -27,20 +27,35 @@ fn operator(run: &RunRecord) -> &str {
     }
 }
 
-/// `podset-100`, or `podset-100 + 5000 stranger pods`.
+/// `podset-100`, `podset-100 + 5000 stranger pods`, `podset-100 (Go original)`.
 fn run_label(run: &RunRecord) -> String {
     let base = format!("{}-{}", operator(run), run.objects);
-    match run.stranger_pods {
+    let base = match run.stranger_pods {
         0 => base,
         m => format!("{base} + {m} stranger pods"),
+    };
+    if is_go(run) {
+        format!("{base} (Go original)")
+    } else {
+        base
     }
 }
 
-/// The operator column: `podset`, or `podset (+5000 stranger pods)`.
+/// Whether the run is of the Go original (`--go-ref`).
+fn is_go(run: &RunRecord) -> bool {
+    run.implementation == "go"
+}
+
+/// The operator column: `podset`, `podset (+5000 stranger pods)`, `podset (Go original)`.
 fn operator_cell(run: &RunRecord) -> String {
-    match run.stranger_pods {
+    let base = match run.stranger_pods {
         0 => operator(run).to_owned(),
         m => format!("{} (+{m} stranger pods)", operator(run)),
+    };
+    if is_go(run) {
+        format!("{base} (Go original)")
+    } else {
+        base
     }
 }
 
@@ -53,7 +68,7 @@ fn float(x: f64) -> String {
 /// One line for the console after a run.
 pub(super) fn one_line(run: &RunRecord) -> String {
     format!(
-        "    {}: idle {} MiB, peak {} MiB, all Ready {}s (p50 {}s, p99 {}s), {} requests/object, {} extra pods, {} quiet writes, CPU {}s",
+        "    {}: idle {} MiB, peak {} MiB, all Ready {}s (p50 {}s, p99 {}s), {} requests/object, {} extra pods, {} quiet writes, CPU {}s{}",
         run_label(run),
         mib(run.startup.idle_rss_kib),
         mib(run.end.hwm_kib),
@@ -64,7 +79,36 @@ pub(super) fn one_line(run: &RunRecord) -> String {
         run.pods.extra,
         run.steady.writes,
         float(run.end.cpu_seconds),
+        run.reaction.as_ref().map_or(String::new(), |r| format!(
+            ", reaction p50 {} ms to a child write, {} ms to the status",
+            ms(r.child_write_p50_seconds),
+            ms(r.status_p50_seconds)
+        )),
     )
+}
+
+/// Seconds as whole milliseconds.
+fn ms(seconds: f64) -> String {
+    format!("{:.0}", seconds * 1000.0)
+}
+
+/// `p50 / p99` of a reaction, in milliseconds, or `-`.
+fn reaction_cell(run: &RunRecord, status: bool) -> String {
+    run.reaction.as_ref().map_or("-".to_owned(), |r| {
+        if status {
+            format!(
+                "{} / {}",
+                ms(r.status_p50_seconds),
+                ms(r.status_p99_seconds)
+            )
+        } else {
+            format!(
+                "{} / {}",
+                ms(r.child_write_p50_seconds),
+                ms(r.child_write_p99_seconds)
+            )
+        }
+    })
 }
 
 /// Every `target/bench/*.json` of an operator run, in the standard order.
@@ -98,7 +142,7 @@ fn runs() -> Result<Vec<RunRecord>> {
             .iter()
             .position(|k| k.short == r.operator)
             .unwrap_or(9);
-        (i, r.objects, r.stranger_pods)
+        (i, r.objects, r.stranger_pods, is_go(r))
     };
     runs.sort_by_key(order);
     Ok(runs)
@@ -130,6 +174,12 @@ pub fn write_summary() -> Result<String> {
     let md = markdown(&runs);
     let md_path = dir.join("operators.md");
     fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    if runs.iter().any(is_go) {
+        let path = dir.join("side-by-side.md");
+        fs::write(&path, side_by_side(&runs))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
     let svg_path = dir.join("ready-over-time.svg");
     fs::write(&svg_path, svg(&runs)).with_context(|| format!("writing {}", svg_path.display()))?;
     println!("wrote {} and {}", md_path.display(), svg_path.display());
@@ -165,9 +215,10 @@ fn markdown(runs: &[RunRecord]) -> String {
         &mut md,
         "| operator | N | pods | idle RSS MiB (anon) | peak RSS MiB | RSS after quiet MiB (anon) | threads | \
          all Ready s | p50 s | p99 s | requests/obj | writes/obj (min) | extra pods | \
-         quiet writes (s) | restart s (writes) | KiB/obj | change s | delete s | CPU s |",
+         quiet writes (s) | restart s (writes) | KiB/obj | change s | delete s | CPU s | \
+         reaction ms: child write p50 / p99 | reaction ms: status p50 / p99 |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | \
-         ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+         ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         runs.iter().map(run_row),
     );
     let _ = writeln!(
@@ -176,8 +227,16 @@ fn markdown(runs: &[RunRecord]) -> String {
          peak = `VmHWM` at the end of the run. Anon: `RssAnon` (heap and stacks); the rest of \
          RSS is mostly the executable's own (file-backed, shared, reclaimable) pages.\n\
          - All Ready: from the first create to every object `Ready` (condition `True` for its \
-         current generation) with exactly the wanted pods; p50/p99 per object, create request \
-         to Ready.\n\
+         current generation; the Go originals: `readyReplicas` equal to `spec.replicas` for \
+         PodSet, `Available` for the current size for Memcached) with exactly the wanted \
+         pods, each pod `Ready`; p50/p99 per object, create request to Ready.\n\
+         - Reaction: one object at rest changed at a time (scaled up or down by one through \
+         its scale subresource, as `kubectl scale` does; Lolcow: its greeting edited), 12 \
+         rounds; from just before the change is sent to the operator's first write to that \
+         object's children (a pod created or marked for deletion, a Deployment created or its \
+         spec changed), and to the status showing the change done (Ready at the new spec). \
+         Both ends are seen by the bench's own watches (the time each event reached the \
+         bench).\n\
          - Requests and writes: the create phase (until all Ready), counted at the client \
          (kube-rs logs one debug event per HTTP request; `apiserver_request_total` has no \
          per-client label and the cluster is shared). Minimum writes: one create/apply per \
@@ -205,7 +264,7 @@ fn markdown(runs: &[RunRecord]) -> String {
             "| run | idle RSS <= {IDLE_TARGET_MIB} MiB | peak RSS <= {PEAK_TARGET_MIB} MiB (1,000 PodSets x 3) | 0 extra pods | 0 quiet writes | writes/obj close to the minimum |"
         ),
         "| --- | --- | --- | --- | --- | --- |",
-        runs.iter().map(targets_row),
+        runs.iter().filter(|r| !is_go(r)).map(targets_row),
     );
 
     let _ = writeln!(md, "\n## Requests by verb\n");
@@ -235,7 +294,7 @@ fn markdown(runs: &[RunRecord]) -> String {
 /// A run's row of the main table.
 fn run_row(r: &RunRecord) -> String {
     format!(
-        "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {:.1} | {} | {} | {} |",
+        "| {} | {} | {} | {} ({}) | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {:.1} | {} | {} | {} | {} | {} |",
         operator_cell(r),
         r.objects,
         r.pods.desired,
@@ -265,7 +324,116 @@ fn run_row(r: &RunRecord) -> String {
         float(r.change.all_ready_seconds),
         float(r.delete.children_gone_seconds),
         float(r.end.cpu_seconds),
+        reaction_cell(r, false),
+        reaction_cell(r, true),
     )
+}
+
+/// Each Go original's run beside the Rust operator's run of the same size, one column
+/// each (the issue's table): what `target/bench/side-by-side.md` holds.
+pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
+    let same = |a: &RunRecord, b: &RunRecord| {
+        (a.operator.as_str(), a.objects, a.replicas, a.stranger_pods)
+            == (b.operator.as_str(), b.objects, b.replicas, b.stranger_pods)
+    };
+    let columns: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|go| is_go(go))
+        .filter_map(|go| {
+            let rust = runs.iter().rev().find(|r| !is_go(r) && same(r, go))?;
+            Some([rust, go])
+        })
+        .flatten()
+        .collect();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# Side by side: the Rust operators and the Go originals\n\n\
+         Each pair measured in one `cargo xtask bench operator --operator <op> --objects <N> \
+         --go-ref` (the Rust operator's static release binary, then the seed's Go original on \
+         controller-runtime, each in a fresh namespace on the simulated nodes, the same objects \
+         and phases). Requests: the Rust operators log theirs; the Go originals' go through the \
+         bench's counting proxy.\n"
+    );
+    if columns.is_empty() {
+        let _ = writeln!(md, "No pair recorded yet.");
+        return md;
+    }
+    let name = |r: &RunRecord| {
+        let kind = xtask::operators::KINDS
+            .iter()
+            .find(|k| k.short == r.operator)
+            .map_or(r.operator.as_str(), |k| k.kind);
+        format!(
+            "{} {kind} ({} x {})",
+            if is_go(r) { "Go" } else { "Rust" },
+            r.objects,
+            r.replicas
+        )
+    };
+    let header = format!(
+        "| | {} |",
+        columns
+            .iter()
+            .map(|r| name(r))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let align = format!("| --- |{}", " ---: |".repeat(columns.len()));
+    let row = |label: &str, cell: &dyn Fn(&RunRecord) -> String| {
+        format!(
+            "| {label} | {} |",
+            columns
+                .iter()
+                .map(|r| cell(r))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        )
+    };
+    let rows = vec![
+        row("idle / peak RSS, MiB", &|r| {
+            format!("{} / {}", mib(r.startup.idle_rss_kib), mib(r.end.hwm_kib))
+        }),
+        row("all Ready, s", &|r| float(r.create.all_ready_seconds)),
+        row("... their status / their pods, s", &|r| {
+            format!(
+                "{} / {}",
+                float(r.create.objects_ready_seconds),
+                float(r.create.pods_ready_seconds)
+            )
+        }),
+        row("CPU, s (whole run)", &|r| float(r.end.cpu_seconds)),
+        row("CPU until all Ready, s", &|r| {
+            float(round3(r.startup.cpu_seconds + r.create.cpu_seconds))
+        }),
+        row("status writes (create)", &|r| {
+            r.create.requests.status_writes().to_string()
+        }),
+        row("writes / requests (create)", &|r| {
+            format!("{} / {}", r.create.requests.writes, r.create.requests.total)
+        }),
+        row("quiet writes / restart writes", &|r| {
+            format!(
+                "{} / {}",
+                r.steady.writes,
+                r.restart
+                    .as_ref()
+                    .map_or("-".to_owned(), |x| x.writes.to_string())
+            )
+        }),
+        row("reaction to a child write p50 / p99, ms", &|r| {
+            reaction_cell(r, false)
+        }),
+        row("reaction to the status p50 / p99, ms", &|r| {
+            reaction_cell(r, true)
+        }),
+        row("change, all Ready again, s", &|r| {
+            float(r.change.all_ready_seconds)
+        }),
+        row("commit", &|r| r.git_commit.clone().unwrap_or_default()),
+    ];
+    table(&mut md, &header, &align, rows);
+    md
 }
 
 /// A run's row of the targets table.
@@ -446,12 +614,14 @@ mod tests {
         let run: RunRecord = serde_json::from_str(SAMPLE)?;
         let older = RunRecord {
             restart: None,
+            reaction: None,
+            implementation: String::new(),
             ..run.clone()
         };
         let md = markdown(&[run.clone(), older]);
         let rows = [
-            "| podset (+5000 stranger pods) | 10 | 30 | 7 (1) | 21 | 14.6 (2.9) | 5 | 4.321 | 1.5 | 3.0 | 7.0 | 7.0 (7) | 0 | 0 (10) | 1.0 (0) | 123.5 | 2.0 | 1.5 | 1.234 |",
-            "| podset (+5000 stranger pods) | 10 | 30 | 7 (1) | 21 | 14.6 (2.9) | 5 | 4.321 | 1.5 | 3.0 | 7.0 | 7.0 (7) | 0 | 0 (10) | - (-) | 123.5 | 2.0 | 1.5 | 1.234 |",
+            "| podset (+5000 stranger pods) | 10 | 30 | 7 (1) | 21 | 14.6 (2.9) | 5 | 4.321 | 1.5 | 3.0 | 7.0 | 7.0 (7) | 0 | 0 (10) | 1.0 (0) | 123.5 | 2.0 | 1.5 | 1.234 | 21 / 34 | 112 / 150 |",
+            "| podset (+5000 stranger pods) | 10 | 30 | 7 (1) | 21 | 14.6 (2.9) | 5 | 4.321 | 1.5 | 3.0 | 7.0 | 7.0 (7) | 0 | 0 (10) | - (-) | 123.5 | 2.0 | 1.5 | 1.234 | - | - |",
             "| podset-10 + 5000 stranger pods | met (7) | n/a (21) | met | met | met (7 vs 7) |",
             "| podset-10 + 5000 stranger pods | list podsets: 1, watch podsets: 1 | create events: 20, create pods: 30, patch podsets/status: 20 | - | create pods: 3, delete pods: 10 | - |",
             "Runs recorded on: 2 CPUs, 8.0 GiB, Test CPU.",
@@ -462,8 +632,42 @@ mod tests {
         }
         assert_eq!(
             one_line(&run),
-            "    podset-10 + 5000 stranger pods: idle 7 MiB, peak 21 MiB, all Ready 4.321s (p50 1.5s, p99 3.0s), 7.0 requests/object, 0 extra pods, 0 quiet writes, CPU 1.234s"
+            "    podset-10 + 5000 stranger pods: idle 7 MiB, peak 21 MiB, all Ready 4.321s (p50 1.5s, p99 3.0s), 7.0 requests/object, 0 extra pods, 0 quiet writes, CPU 1.234s, reaction p50 21 ms to a child write, 112 ms to the status"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn the_go_original_beside_the_rust_run_of_the_same_size() -> Result<()> {
+        let rust: RunRecord = serde_json::from_str(SAMPLE)?;
+        let go = RunRecord {
+            implementation: "go".to_owned(),
+            reaction: None,
+            ..rust.clone()
+        };
+        let other_size = RunRecord {
+            objects: 11,
+            ..go.clone()
+        };
+        let md = side_by_side(&[rust.clone(), go.clone(), other_size]);
+        let rows = [
+            "| | Rust PodSet (10 x 3) | Go PodSet (10 x 3) |",
+            "| idle / peak RSS, MiB | 7 / 21 | 7 / 21 |",
+            "| status writes (create) | 20 | 20 |",
+            "| reaction to a child write p50 / p99, ms | 21 / 34 | - |",
+        ];
+        for row in rows {
+            assert!(md.lines().any(|l| l == row), "no row {row} in\n{md}");
+        }
+        // The Go run has its own row in the main table, and none among the targets.
+        let main = markdown(&[rust, go]);
+        assert!(main.contains("| podset (+5000 stranger pods) (Go original) | 10 |"));
+        assert_eq!(
+            main.matches("| podset-10 + 5000 stranger pods | met")
+                .count(),
+            1
+        );
+        assert!(side_by_side(&[]).contains("No pair recorded yet."));
         Ok(())
     }
 }

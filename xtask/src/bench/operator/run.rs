@@ -4,9 +4,12 @@
 //! cleanup.
 
 use super::options::{Operator, OperatorArgs};
-use super::record::{Change, Create, Delete, End, PodCounts, Restart, RunRecord, Startup, Steady};
+use super::process::Launcher;
+use super::record::{
+    Change, Create, Delete, End, PodCounts, Reaction, Restart, RunRecord, Startup, Steady,
+};
 use super::session::{Session, Target};
-use super::watch::create_strangers;
+use super::watch::{StatusShape, create_strangers};
 use crate::bench::common::git_commit;
 use crate::bench::machine::Machine;
 use anyhow::{Result, anyhow, ensure};
@@ -15,21 +18,26 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Creates a fresh bench namespace, runs every phase in it, deletes it.
+/// Creates a fresh bench namespace, runs every phase in it against what `launcher`
+/// starts (its status read as `shape` says), deletes it. `client`: the bench's own
+/// (admin).
 pub(super) async fn bench(
     args: &OperatorArgs,
-    binary: &Path,
-    admin_kubeconfig: &Path,
-    sa_kubeconfig: &Path,
+    launcher: &Launcher,
+    shape: StatusShape,
+    client: &Client,
 ) -> Result<RunRecord> {
     let op = args.operator;
-    let client = xtask::kubeconfig::client_from(admin_kubeconfig).await?;
+    let client = client.clone();
     let namespace = format!(
-        "bench-{}-{}-{}",
+        "bench-{}{}-{}-{}",
         op.name(),
+        match launcher {
+            Launcher::Rust { .. } => "",
+            Launcher::Go { .. } => "-go",
+        },
         args.objects,
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -48,8 +56,8 @@ pub(super) async fn bench(
     println!("    namespace {namespace}");
     let target = Target {
         args,
-        binary,
-        sa_kubeconfig,
+        launcher,
+        shape,
         client: &client,
         namespace: &namespace,
     };
@@ -90,7 +98,9 @@ async fn run_phases(target: &Target<'_>) -> Result<RunRecord> {
     let create = run.create().await?;
     let (steady, pods) = run.quiet_window().await?;
     let restart = run.restart(&steady).await?;
-    let (change, created_by_change) = run.change(pods.ever_seen_before_change).await?;
+    let reaction = run.reaction().await?;
+    let ever_before_change = run.pods.lock().map_or(0, |p| p.ever.len());
+    let (change, created_by_change) = run.change(ever_before_change).await?;
     let (delete, end) = run.delete().await?;
     Ok(assemble(
         &run,
@@ -103,6 +113,7 @@ async fn run_phases(target: &Target<'_>) -> Result<RunRecord> {
             },
             steady,
             restart,
+            reaction,
             change,
             delete,
             end,
@@ -157,6 +168,7 @@ struct Phases {
     pods: PodCounts,
     steady: Steady,
     restart: Restart,
+    reaction: Option<Reaction>,
     change: Change,
     delete: Delete,
     end: End,
@@ -171,6 +183,7 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
         pods,
         steady,
         restart,
+        reaction,
         change,
         delete,
         end,
@@ -178,11 +191,24 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
     // What the objects cost: converged RSS above idle, per object.
     let kib_per_object =
         steady.rss_kib.saturating_sub(startup.idle_rss_kib) as f64 / f64::from(n.max(1));
+    let (binary, build, request_counting) = match run.target.launcher {
+        Launcher::Rust { .. } => (
+            op.crate_name().to_owned(),
+            "release, static (the image's binary)".to_owned(),
+            "client side: kube-rs `requesting` debug events (RUST_LOG=info,kube_client::client::builder=debug)".to_owned(),
+        ),
+        Launcher::Go { controller, .. } => (
+            format!("go-ref -controller {controller}"),
+            "go build (the seed's Go original on controller-runtime)".to_owned(),
+            "the bench's counting proxy between the operator and the API server (loopback HTTP/1.1)".to_owned(),
+        ),
+    };
     RunRecord {
         benchmark: "operator".to_owned(),
         operator: op.name().to_owned(),
-        binary: op.crate_name().to_owned(),
-        build: "release, static (the image's binary)".to_owned(),
+        binary,
+        implementation: run.target.launcher.implementation().to_owned(),
+        build,
         objects: n,
         replicas: args.replicas,
         stranger_pods: args.stranger_pods,
@@ -193,13 +219,14 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
         git_commit: git_commit(),
         machine: Machine::probe(),
         operator_env: args.env.clone(),
-        request_counting: "client side: kube-rs `requesting` debug events (RUST_LOG=info,kube_client::client::builder=debug)".to_owned(),
+        request_counting,
         minimum_writes_per_object: op.minimum_writes(args.replicas),
         startup,
         create,
         pods,
         steady,
         restart: Some(restart),
+        reaction,
         change,
         delete,
         end,

@@ -3,38 +3,42 @@
 //! idle) and the steps several phases take.
 
 use super::options::{Operator, OperatorArgs, run_name};
-use super::process::OperatorProcess;
+use super::process::{Launcher, OperatorProcess};
 use super::procfs::{self, Sample};
 use super::record::{Requests, Startup};
 use super::timing::{seconds, wait_until};
-use super::watch::{Objects, Pods, spawn_watches};
+use super::watch::{Children, Objects, Pods, StatusShape, Watches, spawn_watches};
 use crate::bench::common::{out_dir, round3};
 use anyhow::{Context, Result, anyhow};
 use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::Api;
 use kube::core::DynamicObject;
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What one run is of: the options, the binary and where it runs.
 pub(super) struct Target<'a> {
     pub(super) args: &'a OperatorArgs,
-    pub(super) binary: &'a Path,
-    pub(super) sa_kubeconfig: &'a Path,
+    /// What runs: the Rust operator or the Go original.
+    pub(super) launcher: &'a Launcher,
+    /// How its status says Ready.
+    pub(super) shape: StatusShape,
     pub(super) client: &'a Client,
     pub(super) namespace: &'a str,
 }
 
-/// Where a phase began: the process's figures and its log's length then.
+/// Where a phase began: the process's figures and where its request record stood then.
 #[derive(Default)]
 struct Mark {
     sample: Sample,
-    log: usize,
+    requests: usize,
+    cluster_cpu: BTreeMap<String, f64>,
 }
 
 /// What a phase ends with: the figures then, and the CPU time and requests
@@ -43,6 +47,8 @@ pub(super) struct PhaseEnd {
     pub(super) sample: Sample,
     pub(super) cpu_seconds: f64,
     pub(super) requests: Requests,
+    /// CPU seconds of each process of the local cluster meanwhile.
+    pub(super) cluster_cpu: BTreeMap<String, f64>,
 }
 
 /// What the phases share: the run's target, the bench's watches and the
@@ -57,6 +63,7 @@ pub(super) struct Session<'a> {
     pub(super) cr_api: Api<DynamicObject>,
     pub(super) objects: Arc<Mutex<Objects>>,
     pub(super) pods: Arc<Mutex<Pods>>,
+    pub(super) children: Arc<Mutex<Children>>,
     /// How long convergence, a restart or the delete may take.
     pub(super) timeout: Duration,
     pub(super) env: Vec<(String, String)>,
@@ -65,15 +72,24 @@ pub(super) struct Session<'a> {
     pub(super) process: OperatorProcess,
     /// Where the current phase began.
     mark: Mark,
-    /// The first process's whole log and last figures, once it has stopped.
-    pub(super) first_process: Option<(String, Sample)>,
+    /// The first process's requests and last figures, once it has stopped.
+    pub(super) first_process: Option<(BTreeMap<String, u64>, Sample)>,
 }
 
 impl<'a> Session<'a> {
     /// Starts the bench's watches and the operator, and reads its idle figures.
     pub(super) async fn start(target: &'a Target<'a>) -> Result<(Self, Startup)> {
         let (args, op, n) = (target.args, target.args.operator, target.args.objects);
-        let (objects, pods) = spawn_watches(target.client, target.namespace, &op.api_resource());
+        let Watches {
+            objects,
+            pods,
+            children,
+        } = spawn_watches(
+            target.client,
+            target.namespace,
+            &op.api_resource(),
+            target.shape,
+        );
         let env: Vec<(String, String)> = args
             .env
             .iter()
@@ -85,15 +101,10 @@ impl<'a> Session<'a> {
             .collect::<Result<_>>()?;
         let logs = out_dir()?.join("logs");
         fs::create_dir_all(&logs)?;
-        let log_path = logs.join(format!("{}-{n}.log", op.name()));
+        let log_path = logs.join(format!("{}.log", log_name(target)));
         let started = Instant::now();
-        let mut process = OperatorProcess::start(
-            target.binary,
-            target.sa_kubeconfig,
-            target.namespace,
-            &log_path,
-            &env,
-        )?;
+        let mut process =
+            OperatorProcess::start(target.launcher, target.namespace, &log_path, &env)?;
         process.wait_ready().await?;
         let ready_seconds = seconds(started, Instant::now());
         let mut run = Self {
@@ -108,6 +119,7 @@ impl<'a> Session<'a> {
             ),
             objects,
             pods,
+            children,
             timeout: Duration::from_secs(180 + u64::from(n) / 2),
             env,
             logs,
@@ -141,14 +153,20 @@ impl<'a> Session<'a> {
     /// now, its CPU time and the requests it logged since the phase began.
     pub(super) fn end_phase(&mut self) -> Result<PhaseEnd> {
         let sample = self.process.sample()?;
-        let log = self.process.log_len();
-        let text = self.process.log_between(self.mark.log, log);
+        let position = self.process.request_position();
+        let counts = self.process.requests_between(self.mark.requests, position);
+        let cluster_cpu = procfs::cluster_cpu();
         let end = PhaseEnd {
             sample,
             cpu_seconds: round3(sample.cpu_seconds - self.mark.sample.cpu_seconds),
-            requests: Requests::in_log(&text, self.n),
+            requests: Requests::from_counts(counts, self.n),
+            cluster_cpu: procfs::cpu_since(&self.mark.cluster_cpu, &cluster_cpu),
         };
-        self.mark = Mark { sample, log };
+        self.mark = Mark {
+            sample,
+            requests: position,
+            cluster_cpu,
+        };
         Ok(end)
     }
 
@@ -156,29 +174,35 @@ impl<'a> Session<'a> {
     /// the first process's log and last figures are kept. Returns when it
     /// had stopped.
     pub(super) fn restart_process(&mut self) -> Result<Instant> {
-        let log = self.process.log_from(0);
         let last = self.process.sample()?;
-        self.first_process = Some((log, last));
         self.process.stop();
         let stopped = Instant::now();
-        let restart_log = self.logs.join(format!(
-            "{}-restart.log",
-            run_name(self.op, self.n, self.target.args.stranger_pods)
-        ));
+        let requests = self.process.requests_between(
+            self.process.first_request(),
+            self.process.request_position(),
+        );
+        self.first_process = Some((requests, last));
+        let restart_log = self
+            .logs
+            .join(format!("{}-restart.log", log_name(self.target)));
         self.process = OperatorProcess::start(
-            self.target.binary,
-            self.target.sa_kubeconfig,
+            self.target.launcher,
             self.target.namespace,
             &restart_log,
             &self.env,
         )?;
-        self.mark = Mark::default();
+        self.mark = Mark {
+            sample: Sample::default(),
+            requests: self.process.first_request(),
+            cluster_cpu: procfs::cluster_cpu(),
+        };
         Ok(stopped)
     }
 
-    /// The log of the process up to where the current phase began.
-    pub(super) fn log_until_mark(&self) -> String {
-        self.process.log_between(0, self.mark.log)
+    /// The requests of the current process up to where the current phase began.
+    pub(super) fn requests_until_mark(&self) -> BTreeMap<String, u64> {
+        self.process
+            .requests_between(self.process.first_request(), self.mark.requests)
     }
 
     /// Objects Ready at `generations`.
@@ -188,9 +212,30 @@ impl<'a> Session<'a> {
             .map_or(0, |o| o.ready(&self.names, generations))
     }
 
+    /// Waits until the operator has made no request (logged nothing) for a second, at
+    /// most 10 s.
+    pub(super) async fn settle_requests(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = (self.process.request_position(), Instant::now());
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.process.request_position();
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() >= Duration::from_secs(1) {
+                return;
+            }
+        }
+    }
+
     /// Pods that exist and are not terminating.
     pub(super) fn active_pods(&self) -> usize {
         self.pods.lock().map_or(0, |p| p.active.len())
+    }
+
+    /// Pods that exist, are not terminating and are Ready.
+    pub(super) fn ready_pods(&self) -> usize {
+        self.pods.lock().map_or(0, |p| p.ready.len())
     }
 
     /// Per-object latencies from each request to Ready at the generation it
@@ -203,28 +248,48 @@ impl<'a> Session<'a> {
         Ok(o.latencies(&self.names, &sent.at, &sent.generations))
     }
 
-    /// Waits until every object is Ready at `generations` with exactly
-    /// `want_pods` pods.
+    /// Waits until every object is Ready at `generations` (as its own status says) with
+    /// exactly `want_pods` pods, every one Ready (the same finish line for every
+    /// implementation, whatever its status waits for). Returns when that held, and when
+    /// each half first held.
     async fn converged(
         &self,
         what: &str,
         generations: &HashMap<String, i64>,
         want_pods: usize,
-    ) -> Result<Instant> {
-        let n = self.n;
-        wait_until(
+    ) -> Result<Convergence> {
+        let n = self.n as usize;
+        let (objects_ready, pods_ready) = (Cell::new(None), Cell::new(None));
+        let all = wait_until(
             what,
             self.timeout,
-            || self.ready(generations) == n as usize && self.active_pods() == want_pods,
+            || {
+                let now = Instant::now();
+                let objects = self.ready(generations) == n;
+                let pods = self.pods.lock().is_ok_and(|p| p.exactly_ready(want_pods));
+                if objects && objects_ready.get().is_none() {
+                    objects_ready.set(Some(now));
+                }
+                if pods && pods_ready.get().is_none() {
+                    pods_ready.set(Some(now));
+                }
+                objects && pods
+            },
             || {
                 format!(
-                    "{} of {n} Ready, {} of {want_pods} pods",
+                    "{} of {n} Ready, {} of {want_pods} pods, {} Ready",
                     self.ready(generations),
-                    self.active_pods()
+                    self.active_pods(),
+                    self.ready_pods()
                 )
             },
         )
-        .await
+        .await?;
+        Ok(Convergence {
+            all,
+            objects_ready: objects_ready.get().unwrap_or(all),
+            pods_ready: pods_ready.get().unwrap_or(all),
+        })
     }
 
     /// Sends one request per object (32 at a time), then waits until every
@@ -259,7 +324,9 @@ impl<'a> Session<'a> {
             at: sent.iter().map(|(n, t, _)| (n.clone(), *t)).collect(),
             generations,
             answered,
-            converged,
+            converged: converged.all,
+            objects_ready: converged.objects_ready,
+            pods_ready: converged.pods_ready,
         })
     }
 }
@@ -272,6 +339,28 @@ pub(super) struct Sent {
     pub(super) generations: HashMap<String, i64>,
     /// When the last answer came.
     pub(super) answered: Instant,
-    /// When every object was Ready with the pods wanted.
+    /// When every object was Ready with the pods wanted, every one Ready.
     pub(super) converged: Instant,
+    /// When every object's status first said Ready.
+    pub(super) objects_ready: Instant,
+    /// When exactly the pods wanted first existed, every one Ready.
+    pub(super) pods_ready: Instant,
+}
+
+/// When a convergence was reached, and each of its halves.
+struct Convergence {
+    all: Instant,
+    objects_ready: Instant,
+    pods_ready: Instant,
+}
+
+/// The name of the run's logs: `<operator>-<N>[-strangers-<M>]`, `-go` for the Go
+/// original.
+fn log_name(target: &Target<'_>) -> String {
+    let args = target.args;
+    let base = run_name(args.operator, args.objects, args.stranger_pods);
+    match target.launcher {
+        Launcher::Rust { .. } => base,
+        Launcher::Go { .. } => format!("{base}-go"),
+    }
 }
