@@ -207,13 +207,6 @@ impl Debounce {
     pub fn len(&self) -> usize {
         lock(&self.recent).len()
     }
-
-    /// Whether no object had a trigger lately.
-    #[cfg(test)]
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]

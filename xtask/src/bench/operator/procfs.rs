@@ -65,7 +65,10 @@ pub fn cluster_cpu() -> BTreeMap<String, f64> {
 }
 
 /// CPU seconds between two readings of [`cluster_cpu`], by process, to the hundredth.
-pub fn cpu_since(before: &BTreeMap<String, f64>, now: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+pub fn cpu_since(
+    before: &BTreeMap<String, f64>,
+    now: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
     now.iter()
         .map(|(name, t)| {
             let spent = t - before.get(name).copied().unwrap_or(*t);
