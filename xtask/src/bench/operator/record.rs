@@ -181,7 +181,8 @@ pub(crate) struct Create {
     /// Requests of the phase.
     pub requests: Requests,
     /// CPU seconds of each process of the local cluster during the phase (shared with
-    /// whatever else ran on it).
+    /// whatever else ran on it). Absent from older records (and when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cluster_cpu_seconds: BTreeMap<String, f64>,
 }
 
