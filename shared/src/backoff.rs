@@ -5,11 +5,9 @@
 //! one object waits `base * 2^(n-1)`, capped; a success resets the object; a deleted
 //! object is forgotten.
 //!
-//! [`Debounce`]: reconcile at once, fold what follows. The first trigger of an object that
-//! has been quiet for `quiet` runs at once (a person who scales by hand waits for nothing);
-//! triggers within `quiet` of the one before are folded into one trailing reconcile once
-//! they have been quiet for `quiet`, but never later than `max_wait` after the first one it
-//! deferred, so a constant stream of child events cannot postpone it forever.
+//! [`Debounce`]: a trailing debounce with a maximum wait. An object is reconciled once its
+//! triggers have been quiet for `quiet`, but never later than `max_wait` after the first
+//! trigger it deferred, so a constant stream of child events cannot postpone it forever.
 
 use std::{
     sync::{Mutex, MutexGuard},
@@ -122,32 +120,22 @@ pub enum Gate {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Recent {
-    /// The object's last trigger.
+struct Deferred {
+    first: Instant,
     last: Instant,
-    /// The first trigger of the burst being folded; `None` when none is deferred.
-    first_deferred: Option<Instant>,
 }
 
-/// Reconcile at once, fold what follows: a leading-edge debounce per object, with a
-/// trailing reconcile for the triggers it folded and a maximum wait.
+/// A trailing debounce per object with a maximum wait.
 ///
 /// Every trigger of an object (a watch event, or the requeue a deferral asked for) calls
-/// [`Debounce::check`]. A trigger `quiet` or more after the object's last one runs at once.
-/// A trigger within `quiet` of the last one (the pods the reconcile just created, becoming
-/// Ready one after another) is deferred, and each further one defers again, until the
-/// triggers have been quiet for `quiet` or `max_wait` has passed since the first deferred
-/// trigger: then the folded reconcile runs. A burst thus costs two reconciles (its first
-/// trigger and its end) whatever its length, and the first comes without delay.
-///
-/// The entry of an object stays after it ran (that is how the next trigger knows whether it
-/// is part of the same burst); entries whose last trigger is older than `max_wait` mean
-/// nothing any more and are dropped on the next check after that.
+/// [`Debounce::check`]. The first trigger is deferred by `quiet`; each further trigger
+/// within `quiet` of the previous one defers again, until the triggers have been quiet for
+/// `quiet` or `max_wait` has passed since the first deferred trigger: then it runs.
 #[derive(Debug)]
 pub struct Debounce {
     quiet: Duration,
     max_wait: Duration,
-    recent: Mutex<Expiring<Recent>>,
+    deferred: Mutex<Expiring<Deferred>>,
 }
 
 impl Debounce {
@@ -158,9 +146,8 @@ impl Debounce {
         Self {
             quiet,
             max_wait,
-            // A trigger `quiet` after the last one runs whether the entry is there or not,
-            // and a deferral asks for its requeue at most `quiet` after its last trigger.
-            recent: Mutex::new(Expiring::new(max_wait)),
+            // Entries whose object was deleted while deferred (and not pruned by `forget`).
+            deferred: Mutex::new(Expiring::new(max_wait.saturating_mul(2))),
         }
     }
 
@@ -169,43 +156,39 @@ impl Debounce {
         if self.quiet.is_zero() {
             return Gate::Run;
         }
-        let mut recent = lock(&self.recent);
-        recent.prune(now, key, |r| Some(r.last));
-        recent.touched(now);
-        let ran = Recent {
-            last: now,
-            first_deferred: None,
+        let mut deferred = lock(&self.deferred);
+        deferred.prune(now, key, |d| Some(d.last));
+        deferred.touched(now);
+        let Some(d) = deferred.get_mut(key) else {
+            deferred.insert(
+                key,
+                Deferred {
+                    first: now,
+                    last: now,
+                },
+            );
+            return Gate::Wait(self.quiet);
         };
-        let Some(r) = recent.get_mut(key) else {
-            // Quiet until now: at once.
-            recent.insert(key, ran);
-            return Gate::Run;
-        };
-        if now.saturating_duration_since(r.last) >= self.quiet {
-            // A new burst, or the end of the one being folded.
-            *r = ran;
+        let quiet_for = now.saturating_duration_since(d.last);
+        let waited = now.saturating_duration_since(d.first);
+        if quiet_for >= self.quiet || waited >= self.max_wait {
+            deferred.remove(key);
             return Gate::Run;
         }
-        let first = *r.first_deferred.get_or_insert(now);
-        let waited = now.saturating_duration_since(first);
-        if waited >= self.max_wait {
-            *r = ran;
-            return Gate::Run;
-        }
-        r.last = now;
+        d.last = now;
         Gate::Wait(self.quiet.min(self.max_wait.saturating_sub(waited)))
     }
 
     /// Forgets `key` (the object is gone).
     pub fn forget(&self, key: &str) {
-        lock(&self.recent).remove(key);
+        lock(&self.deferred).remove(key);
     }
 
-    /// How many objects had a trigger lately.
+    /// How many objects are deferred.
     #[cfg(test)]
     #[must_use]
     pub fn len(&self) -> usize {
-        lock(&self.recent).len()
+        lock(&self.deferred).len()
     }
 }
 
@@ -268,11 +251,11 @@ mod tests {
     }
 
     #[test]
-    fn the_first_trigger_runs_at_once_and_a_burst_is_folded() {
+    fn debounce_coalesces_a_burst() {
         let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
-        // A burst: its first trigger at once, the rest in one reconcile once quiet.
-        let runs = simulate(&gate, &[0, 100, 250, 300, 2_000, 2_100, 3_200], 4_000);
-        assert_eq!(runs, [0, 800, 2_000, 2_600, 3_200]);
+        let runs = simulate(&gate, &[0, 100, 250, 300], 2000);
+        assert_eq!(runs, [800]);
+        assert_eq!(gate.len(), 0);
         assert_eq!(
             simulate(&Debounce::new(Duration::ZERO, Duration::ZERO), &[0, 7], 10),
             [0, 7]
@@ -285,45 +268,32 @@ mod tests {
         let events: Vec<u64> = (0..=50).map(|i| i * 200).collect();
         let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
         let runs = simulate(&gate, &events, 12_000);
-        // At once; then at most 5 s after the first deferred event (200 ms), then again
-        // at most 5 s after the next one; the events stop at 10 s, which the last
-        // reconcile has seen.
-        assert_eq!(runs, [0, 5_200, 10_400]);
+        // At most 5 s after the first deferred event, then again at most 5 s after the
+        // next one; the events stop at 10 s, which the last reconcile has seen.
+        assert_eq!(runs, [5_000, 10_200]);
         for pair in runs.windows(2) {
-            assert!(pair[1] - pair[0] <= 5_500, "gap too long: {runs:?}");
+            assert!(pair[1] - pair[0] <= 5_200, "gap too long: {runs:?}");
         }
+        assert_eq!(gate.len(), 0);
 
-        // Unbounded (a plain trailing debounce): nothing more until the events stop.
+        // Unbounded (kube's plain trailing debounce): nothing until the events stop.
         let unbounded = Debounce::new(Duration::from_millis(500), Duration::MAX);
-        assert_eq!(simulate(&unbounded, &events, 12_000), [0, 10_500]);
-    }
-
-    #[test]
-    fn entries_go_once_they_mean_nothing() {
-        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
-        let t0 = Instant::now();
-        for key in ["ns/a", "ns/b"] {
-            assert_eq!(gate.check(key, t0), Gate::Run);
-        }
-        assert_eq!(gate.len(), 2);
-        // A trigger after max wait sweeps the others: they would run at once anyway.
-        assert_eq!(gate.check("ns/c", t0 + Duration::from_secs(6)), Gate::Run);
-        assert_eq!(gate.len(), 1);
+        assert_eq!(simulate(&unbounded, &events, 12_000), [10_500]);
     }
 
     #[test]
     fn deferred_objects_that_vanish_are_forgotten() {
         let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
         let t0 = Instant::now();
-        let soon = t0 + Duration::from_millis(10);
-        for key in ["ns/a", "ns/b"] {
-            assert_eq!(gate.check(key, t0), Gate::Run);
-            assert!(matches!(gate.check(key, soon), Gate::Wait(_)));
-        }
+        assert!(matches!(gate.check("ns/a", t0), Gate::Wait(_)));
+        assert!(matches!(gate.check("ns/b", t0), Gate::Wait(_)));
         gate.forget("ns/a");
         assert_eq!(gate.len(), 1);
-        // ns/b deleted while deferred, without a report: swept after max wait.
-        assert_eq!(gate.check("ns/c", t0 + Duration::from_secs(6)), Gate::Run);
+        // ns/b deleted without a report: swept after 2 x max wait.
+        assert!(matches!(
+            gate.check("ns/c", t0 + Duration::from_secs(11)),
+            Gate::Wait(_)
+        ));
         assert_eq!(gate.len(), 1);
     }
 }

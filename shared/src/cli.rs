@@ -154,11 +154,9 @@ pub struct RunArgs {
     #[arg(long, global = true, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
 
-    /// Folds the triggers of an object that come within DURATION of its last one (0s: no
-    /// folding). The first trigger of an object that has been quiet reconciles at once;
-    /// the watch events that follow it (pods becoming Ready one after another) cost one
-    /// more reconcile and status write once they have been quiet this long, instead of
-    /// one each.
+    /// How long an object's triggers must be quiet before it is reconciled (0s: at once).
+    /// Watch events that arrive together (pods becoming Ready one after another) then
+    /// cost one reconcile and one status write instead of one each.
     #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
     pub reconcile_debounce: Duration,
 

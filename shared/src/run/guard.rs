@@ -28,13 +28,12 @@ pub(super) struct Guard<K, Ctx, Fut> {
     pub(super) backoff: ErrorBackoff,
     /// `--reconcile-debounce`, applied here rather than by kube's `Config::debounce`:
     /// kube's is a plain trailing debounce (every trigger pushes the object's deadline back
-    /// by the debounce again), so even a lone `kubectl scale` would wait out the debounce,
-    /// and a child event every 200 ms would postpone the reconcile for as long as the
-    /// events keep coming. kube runs with no debounce instead, and [`Guard::reconcile`]
-    /// asks [`Debounce`] first: the first trigger of a quiet object runs at once, a
-    /// deferred one returns a requeue after the remaining quiet time (kube keeps the
-    /// earliest pending time per object), and a deferred trigger waits at most
-    /// [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT).
+    /// by the debounce again), so a child event every 200 ms with a 500 ms debounce would
+    /// postpone the reconcile for as long as the events keep coming. kube runs with no
+    /// debounce instead, and [`Guard::reconcile`] asks [`Debounce`] first: a deferred
+    /// trigger returns a requeue after the remaining quiet time (kube keeps one pending
+    /// time per object, so the latest trigger wins), and an object waits at most
+    /// [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT) after its first deferred trigger.
     pub(super) debounce: Debounce,
     /// Resync triggers queued after a full list ([`super::resync`]): claimed when their
     /// reconcile starts, which then skips the debounce (no burst of events to fold).
