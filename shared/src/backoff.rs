@@ -5,11 +5,15 @@
 //! one object waits `base * 2^(n-1)`, capped; a success resets the object; a deleted
 //! object is forgotten.
 //!
-//! [`Debounce`]: a trailing debounce with a maximum wait. An object is reconciled once its
-//! triggers have been quiet for `quiet`, but never later than `max_wait` after the first
-//! trigger it deferred, so a constant stream of child events cannot postpone it forever.
+//! [`Debounce`]: a spec change reconciles at once; everything else (child events, status
+//! echoes, annotations) waits in a trailing debounce with a maximum wait. Such an object is
+//! reconciled once its triggers have been quiet for `quiet`, but never later than
+//! `max_wait` after the first trigger it deferred, so a constant stream of child events
+//! cannot postpone it forever.
 
 use std::{
+    collections::HashMap,
+    hash::{BuildHasher, RandomState},
     sync::{Mutex, MutexGuard},
     time::{Duration, Instant},
 };
@@ -125,17 +129,32 @@ struct Deferred {
     last: Instant,
 }
 
-/// A trailing debounce per object with a maximum wait.
+/// Reconcile a spec change at once, fold everything else: a trailing debounce per object
+/// with a maximum wait, skipped by a new `metadata.generation`.
 ///
 /// Every trigger of an object (a watch event, or the requeue a deferral asked for) calls
-/// [`Debounce::check`]. The first trigger is deferred by `quiet`; each further trigger
-/// within `quiet` of the previous one defers again, until the triggers have been quiet for
-/// `quiet` or `max_wait` has passed since the first deferred trigger: then it runs.
+/// [`Debounce::check`] with the object's generation as the cache holds it.
+///
+/// - A generation this process has not reconciled yet (the object is new, or its spec was
+///   changed: `kubectl scale`, an edit) runs at once. That is the trigger a person waits
+///   on, and it comes alone: the API server bumps the generation once per spec write.
+/// - Any other trigger (a child's event, the echo of the operator's own status write, a
+///   label or annotation change) is deferred by `quiet`; each further trigger within
+///   `quiet` of the previous one defers again, until the triggers have been quiet for
+///   `quiet` or `max_wait` has passed since the first deferred trigger: then it runs. The
+///   pods a reconcile created, becoming Ready one after another, cost one more reconcile
+///   and one status write, not one each.
+///
+/// The generation reconciled last is kept per object as a hash of its key and the number
+/// (16 bytes an object), until [`Debounce::forget`] (the object is gone).
 #[derive(Debug)]
 pub struct Debounce {
     quiet: Duration,
     max_wait: Duration,
     deferred: Mutex<Expiring<Deferred>>,
+    /// The generation each object was last reconciled at, by [`Debounce::hash`] of its key.
+    reconciled: Mutex<HashMap<u64, i64>>,
+    hasher: RandomState,
 }
 
 impl Debounce {
@@ -148,11 +167,30 @@ impl Debounce {
             max_wait,
             // Entries whose object was deleted while deferred (and not pruned by `forget`).
             deferred: Mutex::new(Expiring::new(max_wait.saturating_mul(2))),
+            reconciled: Mutex::new(HashMap::new()),
+            hasher: RandomState::new(),
         }
     }
 
-    /// Decides whether a trigger of `key` at `now` runs the reconcile or waits.
-    pub fn check(&self, key: &str, now: Instant) -> Gate {
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Decides whether a trigger of `key`, whose cached object is at `generation`, runs
+    /// the reconcile at `now` or waits. A [`Gate::Run`] records `generation` as reconciled.
+    pub fn check(&self, key: &str, generation: Option<i64>, now: Instant) -> Gate {
+        let hash = self.hash(key);
+        if let Some(generation) = generation {
+            let mut reconciled = lock(&self.reconciled);
+            if reconciled.get(&hash) != Some(&generation) {
+                reconciled.insert(hash, generation);
+                drop(reconciled);
+                // What was deferred is seen by this reconcile; a requeue still pending
+                // finds no entry and folds what follows.
+                lock(&self.deferred).remove(key);
+                return Gate::Run;
+            }
+        }
         if self.quiet.is_zero() {
             return Gate::Run;
         }
@@ -179,9 +217,26 @@ impl Debounce {
         Gate::Wait(self.quiet.min(self.max_wait.saturating_sub(waited)))
     }
 
+    /// Records that `key` is reconciled at `generation` without asking (a resync after a
+    /// full list), so its next trigger at that generation is folded.
+    pub fn ran(&self, key: &str, generation: Option<i64>) {
+        if let Some(generation) = generation {
+            lock(&self.reconciled).insert(self.hash(key), generation);
+        }
+    }
+
     /// Forgets `key` (the object is gone).
     pub fn forget(&self, key: &str) {
         lock(&self.deferred).remove(key);
+        let mut reconciled = lock(&self.reconciled);
+        if reconciled.remove(&self.hash(key)).is_some() {
+            // A burst of deletions gives its memory back, as `Expiring` does.
+            let capacity = reconciled.capacity();
+            if capacity >= 64 && reconciled.len() * 4 < capacity {
+                let len = reconciled.len();
+                reconciled.shrink_to(len * 2);
+            }
+        }
     }
 
     /// How many objects are deferred.
@@ -189,6 +244,13 @@ impl Debounce {
     #[must_use]
     pub fn len(&self) -> usize {
         lock(&self.deferred).len()
+    }
+
+    /// How many objects have a reconciled generation recorded.
+    #[cfg(test)]
+    #[must_use]
+    pub fn reconciled_len(&self) -> usize {
+        lock(&self.reconciled).len()
     }
 }
 
@@ -229,8 +291,14 @@ mod tests {
     }
 
     /// Drives `gate` like kube's scheduler does: one pending time per object, a trigger
-    /// earlier than the pending time replaces it. Returns the times (ms) reconciles ran.
-    fn simulate(gate: &Debounce, events_ms: &[u64], until_ms: u64) -> Vec<u64> {
+    /// earlier than the pending time replaces it. `generation(ms)` is the object's
+    /// generation in the cache at that time. Returns the times (ms) reconciles ran.
+    fn simulate(
+        gate: &Debounce,
+        events_ms: &[u64],
+        until_ms: u64,
+        generation: impl Fn(u64) -> Option<i64>,
+    ) -> Vec<u64> {
         let t0 = Instant::now();
         let mut scheduled: Option<u64> = None;
         let mut runs = Vec::new();
@@ -238,7 +306,7 @@ mod tests {
             let event = events_ms.contains(&now);
             if event || scheduled == Some(now) {
                 scheduled = None;
-                match gate.check("ns/o", t0 + Duration::from_millis(now)) {
+                match gate.check("ns/o", generation(now), t0 + Duration::from_millis(now)) {
                     Gate::Run => runs.push(now),
                     Gate::Wait(d) => {
                         let d = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -250,24 +318,63 @@ mod tests {
         runs
     }
 
+    /// An object already reconciled at generation 1 whose spec never changes.
+    fn at_rest(quiet_ms: u64, max_wait: Duration) -> Debounce {
+        let gate = Debounce::new(Duration::from_millis(quiet_ms), max_wait);
+        gate.ran("ns/o", Some(1));
+        gate
+    }
+
     #[test]
     fn debounce_coalesces_a_burst() {
-        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
-        let runs = simulate(&gate, &[0, 100, 250, 300], 2000);
+        let gate = at_rest(500, Duration::from_secs(5));
+        let runs = simulate(&gate, &[0, 100, 250, 300], 2000, |_| Some(1));
         assert_eq!(runs, [800]);
         assert_eq!(gate.len(), 0);
         assert_eq!(
-            simulate(&Debounce::new(Duration::ZERO, Duration::ZERO), &[0, 7], 10),
+            simulate(
+                &Debounce::new(Duration::ZERO, Duration::ZERO),
+                &[0, 7],
+                10,
+                |_| Some(1)
+            ),
             [0, 7]
         );
+    }
+
+    #[test]
+    fn a_spec_change_runs_at_once_and_what_follows_is_folded() {
+        // Created at 0 (generation 1): at once; its status echo and the pods it created
+        // (100-300 ms) fold into one reconcile. Scaled at 2,000 (generation 2): at once;
+        // its pods (2,050-2,200 ms) fold again. A label change at 4,000 waits.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        let events = [0, 10, 100, 250, 300, 2_000, 2_050, 2_200, 4_000];
+        let generation = |ms| Some(if ms < 2_000 { 1 } else { 2 });
+        let runs = simulate(&gate, &events, 6_000, generation);
+        assert_eq!(runs, [0, 800, 2_000, 2_700, 4_500]);
+        assert_eq!(gate.reconciled_len(), 1);
+
+        // A scale in the middle of a burst runs at once too; the burst's pending requeue
+        // then folds what follows it.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        let generation = |ms| Some(if ms < 200 { 1 } else { 2 });
+        let runs = simulate(&gate, &[0, 100, 200, 300], 2_000, generation);
+        assert_eq!(runs, [0, 200, 800]);
+
+        // With no debounce, every trigger runs.
+        let none = Debounce::new(Duration::ZERO, Duration::ZERO);
+        assert_eq!(simulate(&none, &[0, 7], 10, |_| Some(1)), [0, 7]);
+        // A kind without generations is only ever debounced.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        assert_eq!(simulate(&gate, &[0], 1_000, |_| None), [500]);
     }
 
     #[test]
     fn a_constant_stream_of_events_cannot_postpone_reconciles_forever() {
         // An event every 200 ms for 10 s, debounce 500 ms.
         let events: Vec<u64> = (0..=50).map(|i| i * 200).collect();
-        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
-        let runs = simulate(&gate, &events, 12_000);
+        let gate = at_rest(500, Duration::from_secs(5));
+        let runs = simulate(&gate, &events, 12_000, |_| Some(1));
         // At most 5 s after the first deferred event, then again at most 5 s after the
         // next one; the events stop at 10 s, which the last reconcile has seen.
         assert_eq!(runs, [5_000, 10_200]);
@@ -277,23 +384,44 @@ mod tests {
         assert_eq!(gate.len(), 0);
 
         // Unbounded (kube's plain trailing debounce): nothing until the events stop.
-        let unbounded = Debounce::new(Duration::from_millis(500), Duration::MAX);
-        assert_eq!(simulate(&unbounded, &events, 12_000), [10_500]);
+        let unbounded = at_rest(500, Duration::MAX);
+        assert_eq!(simulate(&unbounded, &events, 12_000, |_| Some(1)), [10_500]);
     }
 
     #[test]
     fn deferred_objects_that_vanish_are_forgotten() {
         let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
         let t0 = Instant::now();
-        assert!(matches!(gate.check("ns/a", t0), Gate::Wait(_)));
-        assert!(matches!(gate.check("ns/b", t0), Gate::Wait(_)));
+        for key in ["ns/a", "ns/b"] {
+            assert_eq!(gate.check(key, Some(1), t0), Gate::Run);
+            assert!(matches!(gate.check(key, Some(1), t0), Gate::Wait(_)));
+        }
+        assert_eq!(gate.reconciled_len(), 2);
         gate.forget("ns/a");
         assert_eq!(gate.len(), 1);
-        // ns/b deleted without a report: swept after 2 x max wait.
+        assert_eq!(gate.reconciled_len(), 1);
+        // ns/b deleted without a report: its deferral is swept after 2 x max wait.
         assert!(matches!(
-            gate.check("ns/c", t0 + Duration::from_secs(11)),
+            gate.check("ns/c", None, t0 + Duration::from_secs(11)),
             Gate::Wait(_)
         ));
         assert_eq!(gate.len(), 1);
+        // A new object of the same name is new: its generation 1 runs at once again.
+        assert_eq!(gate.check("ns/a", Some(1), t0), Gate::Run);
+    }
+
+    #[test]
+    fn forgetting_a_burst_of_objects_gives_the_memory_back() {
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        let keys: Vec<String> = (0..10_000).map(|i| format!("ns/o{i}")).collect();
+        for key in &keys {
+            gate.ran(key, Some(1));
+        }
+        let full = lock(&gate.reconciled).capacity();
+        for key in &keys[10..] {
+            gate.forget(key);
+        }
+        assert_eq!(gate.reconciled_len(), 10);
+        assert!(lock(&gate.reconciled).capacity() < full / 100, "{full}");
     }
 }

@@ -154,9 +154,10 @@ pub struct RunArgs {
     #[arg(long, global = true, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
 
-    /// How long an object's triggers must be quiet before it is reconciled (0s: at once).
-    /// Watch events that arrive together (pods becoming Ready one after another) then
-    /// cost one reconcile and one status write instead of one each.
+    /// How long an object's triggers must be quiet before it is reconciled (0s: at once),
+    /// except a spec change (a new `metadata.generation`), which reconciles at once. Watch
+    /// events that arrive together (pods becoming Ready one after another) then cost one
+    /// reconcile and one status write instead of one each.
     #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
     pub reconcile_debounce: Duration,
 

@@ -489,7 +489,7 @@ mod tests {
                 let (gate, runs) = (gate.clone(), runs.clone());
                 async move {
                     let now = tokio::time::Instant::now();
-                    if let Gate::Wait(wait) = gate.check("ns/o", now.into_std()) {
+                    if let Gate::Wait(wait) = gate.check("ns/o", None, now.into_std()) {
                         return Ok(Action::requeue(wait));
                     }
                     runs.lock().unwrap().push(now - start);

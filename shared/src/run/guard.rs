@@ -28,11 +28,12 @@ pub(super) struct Guard<K, Ctx, Fut> {
     pub(super) backoff: ErrorBackoff,
     /// `--reconcile-debounce`, applied here rather than by kube's `Config::debounce`:
     /// kube's is a plain trailing debounce (every trigger pushes the object's deadline back
-    /// by the debounce again), so a child event every 200 ms with a 500 ms debounce would
-    /// postpone the reconcile for as long as the events keep coming. kube runs with no
-    /// debounce instead, and [`Guard::reconcile`] asks [`Debounce`] first: a deferred
-    /// trigger returns a requeue after the remaining quiet time (kube keeps one pending
-    /// time per object, so the latest trigger wins), and an object waits at most
+    /// by the debounce again), so even a `kubectl scale` would wait it out, and a child
+    /// event every 200 ms with a 500 ms debounce would postpone the reconcile for as long
+    /// as the events keep coming. kube runs with no debounce instead, and
+    /// [`Guard::reconcile`] asks [`Debounce`] first: a generation not reconciled yet (a
+    /// spec change) runs at once; any other trigger is deferred, returning a requeue after
+    /// the remaining quiet time, and waits at most
     /// [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT) after its first deferred trigger.
     pub(super) debounce: Debounce,
     /// Resync triggers queued after a full list ([`super::resync`]): claimed when their
@@ -71,7 +72,10 @@ impl<K: Resource, Ctx, Fut> Guard<K, Ctx, Fut> {
             // A deferred resync would sit in kube's scheduler, taking back the room the
             // bounded resync saves.
             let resync = self.resyncs.claim(&key);
-            if !resync && let Gate::Wait(wait) = self.debounce.check(&key, now) {
+            let generation = obj.meta().generation;
+            if resync {
+                self.debounce.ran(&key, generation);
+            } else if let Gate::Wait(wait) = self.debounce.check(&key, generation, now) {
                 return Ok(Action::requeue(wait));
             }
             let _worker = queued.start();
