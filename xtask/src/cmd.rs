@@ -94,3 +94,43 @@ pub fn elapsed(since: Instant) -> String {
         format!("{secs}s")
     }
 }
+
+/// The `cargo metadata` entry of the workspace package `name` (read offline, without
+/// dependencies): its version, description, repository and manifest path.
+///
+/// # Errors
+/// When `cargo metadata` fails or the workspace has no such package.
+pub fn workspace_package(name: &str) -> Result<serde_json::Value> {
+    let out = output(
+        Command::new(env!("CARGO"))
+            .current_dir(crate::paths::repo_root())
+            .args([
+                "metadata",
+                "--no-deps",
+                "--format-version",
+                "1",
+                "--offline",
+            ]),
+    )?;
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&out).context("parsing `cargo metadata`")?;
+    let packages = meta["packages"].as_array_mut();
+    packages
+        .and_then(|all| {
+            let at = all.iter().position(|p| p["name"] == name)?;
+            Some(all.swap_remove(at))
+        })
+        .with_context(|| format!("no package {name} in the workspace"))
+}
+
+/// Today's date (UTC), `YYYY-MM-DD`.
+#[must_use]
+pub fn today() -> String {
+    let date = time::OffsetDateTime::now_utc().date();
+    format!(
+        "{:04}-{:02}-{:02}",
+        date.year(),
+        u8::from(date.month()),
+        date.day()
+    )
+}

@@ -212,22 +212,7 @@ struct Package {
 }
 
 fn package(name: &str) -> Result<Package> {
-    let out = cmd::output(
-        Command::new(env!("CARGO"))
-            .current_dir(paths::repo_root())
-            .args([
-                "metadata",
-                "--no-deps",
-                "--format-version",
-                "1",
-                "--offline",
-            ]),
-    )?;
-    let meta: Value = serde_json::from_str(&out).context("parsing `cargo metadata`")?;
-    let pkg = meta["packages"]
-        .as_array()
-        .and_then(|all| all.iter().find(|p| p["name"] == name))
-        .with_context(|| format!("no package {name} in the workspace"))?;
+    let pkg = cmd::workspace_package(name)?;
     let version = pkg["version"].as_str().unwrap_or("0.0.0").to_owned();
     // The source: the package's `repository`, else the git remote, else the
     // package's folder in this repository.

@@ -68,7 +68,7 @@ pub fn run(args: &ReleaseArgs) -> Result<()> {
     let changelog_path = root.join(CHANGELOG);
     let changelog = std::fs::read_to_string(&changelog_path)
         .with_context(|| format!("reading {}", changelog_path.display()))?;
-    let changelog = release_changelog(&changelog, &new, &today())?;
+    let changelog = release_changelog(&changelog, &new, &xtask::cmd::today())?;
     let toml_path = root.join("Cargo.toml");
     let toml = std::fs::read_to_string(&toml_path)?;
     let toml = version::bump_workspace_version(&toml, &new)?;
@@ -125,17 +125,6 @@ fn regenerate(version: &Version) -> Result<()> {
 /// When a chart cannot be generated (`cargo xtask charts`).
 pub fn regenerate_charts(_version: &Version) -> Result<()> {
     crate::charts::run(false)
-}
-
-/// Today's date (UTC), `YYYY-MM-DD`.
-fn today() -> String {
-    let date = time::OffsetDateTime::now_utc().date();
-    format!(
-        "{:04}-{:02}-{:02}",
-        date.year(),
-        u8::from(date.month()),
-        date.day()
-    )
 }
 
 /// Whether `line` is a Markdown link reference definition (`[label]: url`).
@@ -278,7 +267,7 @@ mod tests {
 
     #[test]
     fn today_is_a_date() {
-        let d = today();
+        let d = xtask::cmd::today();
         assert_eq!(d.len(), 10, "{d}");
         assert_eq!(d.as_bytes()[4], b'-');
     }

@@ -24,7 +24,6 @@ use objects::{Part, Source};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use xtask::kubectl::Kubectl;
 use xtask::kustomize;
 
@@ -269,22 +268,7 @@ struct Package {
 }
 
 fn package(op: &str) -> Result<Package> {
-    let out = cmd::output(
-        Command::new(env!("CARGO"))
-            .current_dir(paths::repo_root())
-            .args([
-                "metadata",
-                "--no-deps",
-                "--format-version",
-                "1",
-                "--offline",
-            ]),
-    )?;
-    let meta: Value = serde_json::from_str(&out).context("parsing `cargo metadata`")?;
-    let pkg = meta["packages"]
-        .as_array()
-        .and_then(|all| all.iter().find(|p| p["name"] == op))
-        .with_context(|| format!("no package {op} in the workspace"))?;
+    let pkg = cmd::workspace_package(op)?;
     Ok(Package {
         version: pkg["version"].as_str().unwrap_or("0.0.0").to_owned(),
         description: pkg["description"].as_str().unwrap_or_default().to_owned(),

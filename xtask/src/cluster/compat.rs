@@ -290,17 +290,6 @@ fn commit() -> String {
     if dirty { format!("{head}+dirty") } else { head }
 }
 
-/// Today's date (UTC), `YYYY-MM-DD`.
-fn today() -> String {
-    let date = time::OffsetDateTime::now_utc().date();
-    format!(
-        "{:04}-{:02}-{:02}",
-        date.year(),
-        u8::from(date.month()),
-        date.day()
-    )
-}
-
 /// Writes `target/compat/<version>.json` and prints the table row; returns the file.
 pub fn record(outcome: &Outcome) -> Result<PathBuf> {
     let (served, refused) = operators_decided();
@@ -325,7 +314,7 @@ pub fn record(outcome: &Outcome) -> Result<PathBuf> {
     let record = json!({
         "kubernetes": outcome.kubernetes,
         "server_version": outcome.facts.server_version,
-        "date": today(),
+        "date": xtask::cmd::today(),
         "commit": commit(),
         "result": result,
         "failure": outcome.failure,
