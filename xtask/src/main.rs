@@ -158,6 +158,13 @@ enum ClusterAction {
         #[arg(long, value_name = "VERSION")]
         kubernetes: Option<String>,
     },
+    /// Build a version's binaries into the cache (once) without starting anything: a
+    /// version can be built while a cluster of another version runs.
+    Build {
+        /// The Kubernetes version (`1.34`, `v1.34.4`); without it, the default.
+        #[arg(long, value_name = "VERSION")]
+        kubernetes: Option<String>,
+    },
     /// Stop every process `up` started and remove the cluster's data.
     Down,
     /// Say what runs and where the logs are.
@@ -180,6 +187,11 @@ fn main() -> Result<()> {
                 None => cluster::up(),
             }
             .map(drop),
+            ClusterAction::Build { kubernetes } => cluster::build_only(
+                &kubernetes.map_or_else(cluster::Kubernetes::default_version, |requested| {
+                    cluster::Kubernetes::find(&requested)
+                })?,
+            ),
             ClusterAction::Down => cluster::down(),
             ClusterAction::Status => cluster::status(),
             ClusterAction::Env => cluster::env(),

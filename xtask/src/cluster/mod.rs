@@ -146,6 +146,24 @@ pub fn up() -> Result<PathBuf> {
     up_with(None)
 }
 
+/// Builds every component at `kubernetes` that the cache lacks, starting nothing.
+///
+/// # Errors
+/// When a build fails.
+pub fn build_only(kubernetes: &Kubernetes) -> Result<()> {
+    let start = Instant::now();
+    // The version's own binaries first: the other components are the same for every
+    // version, and usually cached already.
+    kubernetes.ensure_built()?;
+    build::ensure_all(kubernetes)?;
+    println!(
+        "cluster: Kubernetes {kubernetes} built ({}); `cargo xtask cluster up --kubernetes {}` starts it",
+        cmd::elapsed(start),
+        kubernetes.version()
+    );
+    Ok(())
+}
+
 /// [`up`] at the Kubernetes version `requested` (`--kubernetes`), which must be
 /// the existing cluster's if there is one (`down` removes it first).
 pub fn up_with(requested: Option<&Kubernetes>) -> Result<PathBuf> {
