@@ -15,9 +15,14 @@
 //!   ports and against another tenant's lolcow page (at its pod), reopened as soon as the
 //!   server closes them.
 //!
+//! The half-sent requests come from a thread of their own at the lowest CPU priority
+//! (nice 19), as a tenant's pods run under a CPU limit: on two cores, a flood at full
+//! priority measured the machine (tens of thousands of connections a second, each one's
+//! kernel work landing on every process) rather than the operators.
+//!
 //! Tenant `b` (also only `edit`) creates one object of each kind and changes it, once with
-//! no attack and once under attack. Asserted: `b` converges under attack (and the two
-//! times are reported side by side), no operator container restarts or turns unready, no
+//! no attack and once under attack. Asserted: `b` converges under attack about as fast as
+//! without (the two times are reported side by side), no operator container restarts or turns unready, no
 //! pod of `b` restarts, the attacked page keeps answering, nothing of `a`'s endpoints
 //! appears in any status or event. Each operator's peak memory under attack is reported
 //! against its limit (`target/e2e/hostile-tenant.json`).
@@ -339,6 +344,63 @@ fn attacker_source() -> Result<IpAddr> {
         .context("this machine has no global IPv4 address besides the real node's to attack from")
 }
 
+/// The attacker's own thread and runtime, at nice 19: it gets the CPU that nothing else
+/// wants, as a tenant's pods under a CPU limit get their share and no more.
+struct Attacker {
+    handle: tokio::runtime::Handle,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Attacker {
+    fn start() -> Result<Attacker> {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("attacker".into())
+            .spawn(move || {
+                // On Linux the nice value is the thread's, not the whole process's.
+                let tid = rustix::thread::gettid();
+                let reniced = rustix::process::setpriority_process(Some(tid), 19).is_ok();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                match runtime {
+                    Ok(runtime) => {
+                        let _ = handle_tx.send(Ok((runtime.handle().clone(), reniced)));
+                        runtime.block_on(async {
+                            let _ = done_rx.await;
+                        });
+                    }
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e));
+                    }
+                }
+            })?;
+        let (handle, reniced) = handle_rx
+            .recv()
+            .context("the attacker thread ended before it started")??;
+        ensure!(
+            reniced,
+            "could not lower the attacker thread's priority (setpriority)"
+        );
+        Ok(Attacker {
+            handle,
+            done: Some(done),
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Half-sent requests held against one port: each slot connects, sends a partial head
 /// (or a partial TLS record) and waits until the server closes, then opens again, until
 /// stopped.
@@ -350,7 +412,7 @@ struct Flood {
 }
 
 impl Flood {
-    fn start(target: SocketAddr, source: Option<IpAddr>, tls: bool) -> Flood {
+    fn start(attacker: &Attacker, target: SocketAddr, source: Option<IpAddr>, tls: bool) -> Flood {
         let stop = Arc::new(AtomicBool::new(false));
         let opened = Arc::new(AtomicU64::new(0));
         let head: Arc<Vec<u8>> = Arc::new(if tls {
@@ -366,7 +428,7 @@ impl Flood {
         let tasks = (0..HALF_OPEN)
             .map(|_| {
                 let (stop, opened, head) = (stop.clone(), opened.clone(), head.clone());
-                tokio::spawn(async move {
+                attacker.handle.spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let held = hold(target, source, &head, &stop).await;
                         if held.is_ok() {
@@ -680,15 +742,27 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
     // The page is flooded at its pod, from an address of its own. (Through the NodePort
     // the local cluster's kube-proxy masquerades every client as the node, the address
     // the watchdog asks from: `lolcow.rs` floods the NodePort on its own.)
+    let attacker = Attacker::start()?;
     let mut floods = vec![Flood::start(
+        &attacker,
         SocketAddr::new(page_ip, page_port),
         Some(source),
         false,
     )];
     for pod in operator_pods.values() {
         let ip = pod_ip(pod)?;
-        floods.push(Flood::start(SocketAddr::new(ip, 8081), Some(source), false));
-        floods.push(Flood::start(SocketAddr::new(ip, 8443), Some(source), true));
+        floods.push(Flood::start(
+            &attacker,
+            SocketAddr::new(ip, 8081),
+            Some(source),
+            false,
+        ));
+        floods.push(Flood::start(
+            &attacker,
+            SocketAddr::new(ip, 8443),
+            Some(source),
+            true,
+        ));
     }
     let churn = tokio::spawn(stray_churn(a.clone(), a_ns.name.clone(), stop.clone()));
     let watched_namespaces: Vec<String> = deployed
@@ -717,6 +791,7 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
     for flood in floods {
         held.push(flood.stop().await);
     }
+    attacker.stop();
     let strays = churn.await??;
     let attacked = attacked?;
     eprintln!(
@@ -849,10 +924,13 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
         dir.join("hostile-tenant.json"),
         serde_json::to_string_pretty(&Value::Object(report))?,
     )?;
-    let slack = Duration::from_secs(30);
+    // As fast as with no attack, give or take the real node's own variation (a pod's
+    // start there varies by a few seconds from one run to the next).
+    let slack = Duration::from_secs(5);
+    let as_fast = |attacked: Duration, quiet: Duration| attacked <= quiet * 3 / 2 + slack;
     ensure!(
-        attacked.create <= quiet.create * 2 + slack && attacked.change <= quiet.change * 2 + slack,
-        "tenant b converged much slower under attack: {attacked:?} against {quiet:?}"
+        as_fast(attacked.create, quiet.create) && as_fast(attacked.change, quiet.change),
+        "tenant b converged slower under attack: {attacked:?} against {quiet:?}"
     );
     Ok(())
 }
