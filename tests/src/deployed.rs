@@ -5,7 +5,6 @@
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use std::process::Command;
 
 use crate::{kubeconfig_path, place_namespace, repo_root};
 
@@ -27,7 +26,7 @@ pub async fn has_real_node(client: &kube::Client) -> Result<bool> {
 
 /// `cargo xtask <args>` with the test cluster's kubeconfig.
 pub fn xtask(args: &[&str]) -> Result<String> {
-    let out = Command::new(env!("CARGO"))
+    let out = xtask::cmd::cargo()
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--"])
         .args(args)

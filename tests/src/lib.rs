@@ -77,7 +77,7 @@ pub fn kubeconfig_path() -> Result<PathBuf> {
         if let Some(path) = std::env::var_os("E2E_KUBECONFIG").filter(|p| !p.is_empty()) {
             return Ok(PathBuf::from(path));
         }
-        let out = Command::new(env!("CARGO"))
+        let out = xtask::cmd::cargo()
             .current_dir(repo_root())
             .args(["run", "--quiet", "-p", "xtask", "--", "cluster", "up"])
             .output()

@@ -25,7 +25,7 @@ const RECEIVED: &str = "message received";
 /// Runs `cargo xtask pulsar <action>` and returns the service URL it prints
 /// (`export PULSAR_SERVER=...`).
 async fn xtask_pulsar(action: &str) -> Result<String> {
-    let out = tokio::process::Command::new(env!("CARGO"))
+    let out = tokio::process::Command::from(xtask::cmd::cargo())
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--", "pulsar", action])
         .stdin(Stdio::null())

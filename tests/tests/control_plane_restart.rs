@@ -9,11 +9,10 @@ use e2e::kinds::{podset, wait_podset_replicas_ready};
 use e2e::operator::OperatorProcess;
 use e2e::{TestNamespace, create_from_json, kubectl_ok, kubectl_scale, poll, repo_root};
 use podset_operator::api::PodSet;
-use std::process::Command;
 use std::time::Duration;
 
 fn xtask(args: &[&str]) -> Result<()> {
-    let out = Command::new(env!("CARGO"))
+    let out = xtask::cmd::cargo()
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--"])
         .args(args)

@@ -9,7 +9,6 @@
 //! lolcow-web image (built and pushed to the real node's registry as `cargo xtask deploy`
 //! does) on the real node, where the kubelet probes it.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -524,7 +523,7 @@ fn push_lolcow_web_image() -> Result<String> {
         _ => "linux/amd64",
     };
     let tag = "e2e";
-    let out = Command::new(env!("CARGO"))
+    let out = xtask::cmd::cargo()
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--", "image", "lolcow-web"])
         .args(["--platform", platform, "--push", REGISTRY, "--tag", tag])

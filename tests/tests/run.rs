@@ -12,7 +12,7 @@ use e2e::{TestNamespace, create_from_json, kubeconfig_path, poll, repo_root, tar
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use lolcow_operator::api::Lolcow;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 use xtask::process_group;
 
@@ -54,7 +54,8 @@ async fn xtask_run_lolcow_operator_serves_from_the_real_node() -> Result<()> {
     let log_path = logs.join(format!("{}-xtask-run.log", ns.name));
     let log = std::fs::File::create(&log_path)?;
     let health = free_port()?;
-    let child = Command::new(env!("CARGO"))
+    // Without the test's crate variables (ring's build script reruns when one changes).
+    let child = xtask::cmd::cargo()
         .current_dir(repo_root())
         .args(["xtask", "run", LOLCOW.operator, "--"])
         // Only this test's namespace; no metrics port to collide with anything here.
@@ -63,9 +64,6 @@ async fn xtask_run_lolcow_operator_serves_from_the_real_node() -> Result<()> {
         .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
         .env("KUBECONFIG", kubeconfig_path()?)
         .env("CARGO_TARGET_DIR", target_dir())
-        // The test's own: ring's build script reruns when it changes, which would rebuild
-        // everything that links it.
-        .env_remove("CARGO_MANIFEST_DIR")
         .env_remove("LOLCOW_IMAGE")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -93,13 +93,10 @@ impl Scratch {
     /// tail of its output.
     fn cargo(&self, args: &[&str]) -> Result<()> {
         let started = std::time::Instant::now();
-        let out = Command::new(env!("CARGO"))
+        let out = xtask::cmd::cargo()
             .current_dir(&self.root)
             .args(args)
             .env("CARGO_TARGET_DIR", target_dir())
-            // The test's own: ring's build script reruns when it changes, which would
-            // rebuild everything that links it.
-            .env_remove("CARGO_MANIFEST_DIR")
             .output()
             .with_context(|| format!("running cargo {args:?}"))?;
         let text = format!(
@@ -144,11 +141,10 @@ impl Drop for Scratch {
             .output();
         // Building the copy's xtask linked `target/debug/xtask` to it: link the
         // workspace's own back (nothing to compile, it is up to date).
-        let _ = Command::new(env!("CARGO"))
+        let _ = xtask::cmd::cargo()
             .current_dir(repo_root())
             .args(["build", "--quiet", "-p", "xtask"])
             .env("CARGO_TARGET_DIR", target_dir())
-            .env_remove("CARGO_MANIFEST_DIR")
             .status();
     }
 }

@@ -134,3 +134,42 @@ pub fn today() -> String {
         date.day()
     )
 }
+
+/// The variables Cargo sets for a crate it builds or runs (`CARGO_MANIFEST_*`,
+/// `CARGO_PKG_*`, `CARGO_CRATE_NAME`, `CARGO_BIN_*`, ...) that this process has: a nested
+/// cargo inherits them from `cargo run` or `cargo test`, and build scripts such as ring's
+/// rerun when one changes (`rerun-if-env-changed`), so `cargo xtask image` started by a
+/// test and by hand would otherwise rebuild each other's release binaries.
+/// `CARGO_TARGET_DIR`, `CARGO_HOME` and the like are not among them.
+#[must_use]
+pub fn crate_env_vars() -> Vec<String> {
+    const PREFIXES: [&str; 4] = [
+        "CARGO_MANIFEST_",
+        "CARGO_PKG_",
+        "CARGO_CRATE_",
+        "CARGO_BIN_",
+    ];
+    const NAMES: [&str; 2] = ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR"];
+    std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| {
+            PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name.as_str())
+        })
+        .collect()
+}
+
+/// The cargo that built this crate, without [`crate_env_vars`]: for every nested cargo.
+#[must_use]
+pub fn cargo() -> Command {
+    let mut cargo = Command::new(env!("CARGO"));
+    without_crate_env(&mut cargo);
+    cargo
+}
+
+/// `cargo` without [`crate_env_vars`].
+pub fn without_crate_env(cargo: &mut Command) -> &mut Command {
+    for name in crate_env_vars() {
+        cargo.env_remove(name);
+    }
+    cargo
+}

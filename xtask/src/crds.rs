@@ -53,12 +53,9 @@ pub fn build_operators(operators: &[&str]) -> Result<()> {
     if operators.is_empty() {
         return Ok(());
     }
-    let mut cargo = Command::new(env!("CARGO"));
-    // Without the variable `cargo xtask` was given: ring's build script reruns when it
-    // changes, which would rebuild everything that links it.
+    let mut cargo = cmd::cargo();
     cargo
         .current_dir(paths::repo_root())
-        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--quiet"]);
     for op in operators {
         cargo.args(["-p", op]);

@@ -121,7 +121,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     }
     println!("demo: building the operators and the lolcow web app");
     cmd::run(
-        Command::new(env!("CARGO"))
+        cmd::cargo()
             .current_dir(paths::repo_root())
             .args(["build", "--quiet", "--bins"]),
     )?;

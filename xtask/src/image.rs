@@ -250,13 +250,12 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     // build scripts or proc-macros (which must stay dynamic).
     // Every image binary in one build: their dependencies are compiled once,
     // with one set of features, and the next image's build is a no-op.
-    let mut cargo = Command::new(env!("CARGO"));
+    // `cargo xtask` (cargo run) and a test's `cargo test` set the crate's variables,
+    // running ./target/debug/xtask does not: without them, all reuse one build.
+    let mut cargo = cmd::cargo();
     cargo
         .current_dir(paths::repo_root())
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        // `cargo xtask` (cargo run) sets it, running ./target/debug/xtask does not, and
-        // ring's build script reruns when it changes: without it, both reuse one build.
-        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--release", "--target", triple]);
     for package in known() {
         cargo.args(["-p", package]);
@@ -276,13 +275,12 @@ pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
     println!("image: building {name} (release, static, {triple}, with {linker})");
     let upper = triple.to_uppercase().replace('-', "_");
     let lower = triple.replace('-', "_");
-    let mut cargo = Command::new(env!("CARGO"));
+    let mut cargo = cmd::cargo();
     cargo
         .current_dir(paths::repo_root())
         .env(format!("CARGO_TARGET_{upper}_LINKER"), linker)
         .env(format!("CC_{lower}"), linker)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .env_remove("CARGO_MANIFEST_DIR")
         .args(["build", "--release", "--target", triple, "-p", name]);
     cmd::run(&mut cargo)?;
     checked_static(paths::target_dir().join(triple).join("release").join(name))

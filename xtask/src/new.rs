@@ -21,7 +21,6 @@
 use crate::{cmd, paths, version};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
-use std::process::Command;
 use xtask::operators::{KINDS, Kind};
 
 /// Options of `cargo xtask new`.
@@ -544,13 +543,8 @@ pub fn run(args: &NewArgs) -> Result<()> {
     println!("new: added {operator} to the workspace and to xtask/src/operators.rs");
 
     let cargo = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO"));
-        // Without the variable `cargo xtask` was given: ring's build script reruns when
-        // it changes, which would rebuild everything that links it.
-        command
-            .current_dir(&root)
-            .env_remove("CARGO_MANIFEST_DIR")
-            .args(args);
+        let mut command = cmd::cargo();
+        command.current_dir(&root).args(args);
         cmd::run(&mut command)
     };
     cargo(&["fmt", "-p", &operator, "-p", "xtask"])?;

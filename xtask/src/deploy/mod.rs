@@ -275,12 +275,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         std::fs::write(&file, generated)?;
         apply_file(&file)?;
     }
-    let mut cargo = Command::new(env!("CARGO"));
-    // Without the variable `cargo xtask` was given: ring's build script reruns when it
-    // changes, which would rebuild everything that links it.
+    let mut cargo = cmd::cargo();
     cargo
         .current_dir(paths::repo_root())
-        .env_remove("CARGO_MANIFEST_DIR")
         .args(["run", "-p", operator, "--", "run"])
         .args(&args.args);
     if let Some((env, image)) = run_workload_image(operator, args.registry.as_deref())? {
