@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::expiring::Expiring;
+use crate::expiring::{Expiring, shrink_when_sparse};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -230,12 +230,7 @@ impl Debounce {
         lock(&self.deferred).remove(key);
         let mut reconciled = lock(&self.reconciled);
         if reconciled.remove(&self.hash(key)).is_some() {
-            // A burst of deletions gives its memory back, as `Expiring` does.
-            let capacity = reconciled.capacity();
-            if capacity >= 64 && reconciled.len() * 4 < capacity {
-                let len = reconciled.len();
-                reconciled.shrink_to(len * 2);
-            }
+            shrink_when_sparse(&mut reconciled);
         }
     }
 

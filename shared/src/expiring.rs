@@ -128,10 +128,18 @@ impl<V> Expiring<V> {
     }
 
     fn shrink(&mut self) {
-        let capacity = self.map.capacity();
-        if capacity >= MIN_SHRINK_CAPACITY && self.map.len() * 4 < capacity {
-            self.map.shrink_to(self.map.len() * 2);
-        }
+        shrink_when_sparse(&mut self.map);
+    }
+}
+
+/// Gives a map's memory back once it is less than a quarter full (a burst grew it, and
+/// removing entries never shrinks a `HashMap`), keeping room for twice what is left.
+pub(crate) fn shrink_when_sparse<K: Eq + Hash, V, S: std::hash::BuildHasher>(
+    map: &mut HashMap<K, V, S>,
+) {
+    let capacity = map.capacity();
+    if capacity >= MIN_SHRINK_CAPACITY && map.len() * 4 < capacity {
+        map.shrink_to(map.len() * 2);
     }
 }
 

@@ -101,17 +101,13 @@ pub fn elapsed(since: Instant) -> String {
 /// # Errors
 /// When `cargo metadata` fails or the workspace has no such package.
 pub fn workspace_package(name: &str) -> Result<serde_json::Value> {
-    let out = output(
-        Command::new(env!("CARGO"))
-            .current_dir(crate::paths::repo_root())
-            .args([
-                "metadata",
-                "--no-deps",
-                "--format-version",
-                "1",
-                "--offline",
-            ]),
-    )?;
+    let out = output(cargo().current_dir(crate::paths::repo_root()).args([
+        "metadata",
+        "--no-deps",
+        "--format-version",
+        "1",
+        "--offline",
+    ]))?;
     let mut meta: serde_json::Value =
         serde_json::from_str(&out).context("parsing `cargo metadata`")?;
     let packages = meta["packages"].as_array_mut();

@@ -99,7 +99,7 @@ pub fn run(args: &ReleaseArgs) -> Result<()> {
 /// take the new version (offline first: nothing else changes, nothing needs fetching).
 fn update_lock_file() -> Result<()> {
     let update = |offline: bool| {
-        let mut cargo = Command::new(env!("CARGO"));
+        let mut cargo = xtask::cmd::cargo();
         cargo
             .current_dir(paths::repo_root())
             .args(["update", "--workspace", "--quiet"]);

@@ -39,7 +39,7 @@ pub struct TestArgs {
 }
 
 fn cargo() -> Command {
-    let mut c = Command::new(env!("CARGO"));
+    let mut c = cmd::cargo();
     c.current_dir(paths::repo_root());
     c
 }

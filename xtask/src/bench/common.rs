@@ -20,7 +20,7 @@ pub(crate) fn out_dir() -> Result<PathBuf> {
 
 /// `cargo build --release --bins` of `packages`.
 pub(crate) fn build_release(packages: &[&str]) -> Result<()> {
-    let mut build = Command::new(env!("CARGO"));
+    let mut build = cmd::cargo();
     build
         .current_dir(paths::repo_root())
         .args(["build", "--quiet", "--release", "--bins"]);

@@ -17,7 +17,6 @@ use crate::{cmd, paths};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 
 /// The media type of the document, and the artifact's `artifactType`.
 pub const MEDIA_TYPE: &str = "application/spdx+json";
@@ -50,7 +49,7 @@ pub struct Tree {
 /// # Errors
 /// When cargo fails or the binary's crate is not in its answer.
 pub fn linked_crates(name: &str, triple: &str, built_with: &[&str]) -> Result<Tree> {
-    let mut tree = Command::new(env!("CARGO"));
+    let mut tree = cmd::cargo();
     // --no-dedupe: with several packages, cargo prints a crate's dependencies once,
     // under the first package that has it; each binary's tree must be whole.
     tree.current_dir(paths::repo_root()).args([
