@@ -47,8 +47,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+    xtask::paths::repo_root()
 }
 
 /// The cargo target directory.

@@ -5,15 +5,27 @@
 //! machine reuses them. Runtime state (certificates, etcd data, logs, pid
 //! files) lives in the user's state directory and is removed by `down`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The project's name in cache and state paths.
 const PROJECT: &str = "rust-operators";
 
 /// The repository root (the parent of the `xtask` crate).
+///
+/// Found at run time first, from the `CARGO_MANIFEST_DIR` that cargo sets for what it runs
+/// (`cargo xtask`, `cargo test`): cargo keys its fingerprints to paths relative to the
+/// workspace, so a checkout that was moved or copied with its modification times reuses a
+/// build whose compile-time path still names the old place, and `cargo xtask new` would
+/// write there. The compile-time path is the fallback for a binary run by hand.
 pub fn repo_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+    let is_root = |dir: &Path| dir.join("xtask").join("Cargo.toml").is_file();
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .and_then(|dir| dir.ancestors().find(|d| is_root(d)).map(Path::to_path_buf))
+        .unwrap_or_else(|| {
+            let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+        })
 }
 
 fn home() -> PathBuf {
