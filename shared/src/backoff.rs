@@ -5,11 +5,11 @@
 //! one object waits `base * 2^(n-1)`, capped; a success resets the object; a deleted
 //! object is forgotten.
 //!
-//! [`Debounce`]: a spec change reconciles at once; everything else (child events, status
-//! echoes, annotations) waits in a trailing debounce with a maximum wait. Such an object is
-//! reconciled once its triggers have been quiet for `quiet`, but never later than
-//! `max_wait` after the first trigger it deferred, so a constant stream of child events
-//! cannot postpone it forever.
+//! [`Debounce`]: a spec change, and a trigger that completes it, reconcile at once;
+//! everything else (child events, status echoes, annotations) waits in a trailing debounce
+//! with a maximum wait. Such an object is reconciled once its triggers have been quiet for
+//! `quiet`, but never later than `max_wait` after the first trigger it deferred, so a
+//! constant stream of child events cannot postpone it forever.
 
 use std::{
     collections::HashMap,
@@ -129,8 +129,9 @@ struct Deferred {
     last: Instant,
 }
 
-/// Reconcile a spec change at once, fold everything else: a trailing debounce per object
-/// with a maximum wait, skipped by a new `metadata.generation`.
+/// Reconcile a spec change and what completes it at once, fold everything else: a
+/// trailing debounce per object with a maximum wait, skipped by a new
+/// `metadata.generation` and by a trigger that completes the object.
 ///
 /// Every trigger of an object (a watch event, or the requeue a deferral asked for) calls
 /// [`Debounce::check`] with the object's generation as the cache holds it.
@@ -138,12 +139,16 @@ struct Deferred {
 /// - A generation this process has not reconciled yet (the object is new, or its spec was
 ///   changed: `kubectl scale`, an edit) runs at once. That is the trigger a person waits
 ///   on, and it comes alone: the API server bumps the generation once per spec write.
+/// - A trigger after which the caches show the object done while its status does not say
+///   so yet (the operator's [`Pacing::completes`](crate::Pacing::completes): the last pod
+///   Ready) runs at once: it is the status write the person waits for next, and it comes
+///   once per change.
 /// - Any other trigger (a child's event, the echo of the operator's own status write, a
 ///   label or annotation change) is deferred by `quiet`; each further trigger within
 ///   `quiet` of the previous one defers again, until the triggers have been quiet for
 ///   `quiet` or `max_wait` has passed since the first deferred trigger: then it runs. The
-///   pods a reconcile created, becoming Ready one after another, cost one more reconcile
-///   and one status write, not one each.
+///   pods a reconcile created, becoming Ready one after another, cost at most one more
+///   status write while they come, not one each.
 ///
 /// The generation reconciled last is kept per object as a hash of its key and the number
 /// (16 bytes an object), until [`Debounce::forget`] (the object is gone).
@@ -177,22 +182,30 @@ impl Debounce {
     }
 
     /// Decides whether a trigger of `key`, whose cached object is at `generation`, runs
-    /// the reconcile at `now` or waits. A [`Gate::Run`] records `generation` as reconciled.
-    pub fn check(&self, key: &str, generation: Option<i64>, now: Instant) -> Gate {
+    /// the reconcile at `now` or waits; `completes` (asked only when it would wait) says
+    /// whether the caches show the object done while its status does not say so yet. A
+    /// [`Gate::Run`] records `generation` as reconciled.
+    pub fn check(
+        &self,
+        key: &str,
+        generation: Option<i64>,
+        now: Instant,
+        completes: impl FnOnce() -> bool,
+    ) -> Gate {
         let hash = self.hash(key);
         if let Some(generation) = generation {
             let mut reconciled = lock(&self.reconciled);
             if reconciled.get(&hash) != Some(&generation) {
                 reconciled.insert(hash, generation);
                 drop(reconciled);
-                // What was deferred is seen by this reconcile; a requeue still pending
-                // finds no entry and folds what follows.
-                lock(&self.deferred).remove(key);
-                return Gate::Run;
+                return self.run_now(key);
             }
         }
         if self.quiet.is_zero() {
             return Gate::Run;
+        }
+        if completes() {
+            return self.run_now(key);
         }
         let mut deferred = lock(&self.deferred);
         deferred.prune(now, key, |d| Some(d.last));
@@ -215,6 +228,13 @@ impl Debounce {
         }
         d.last = now;
         Gate::Wait(self.quiet.min(self.max_wait.saturating_sub(waited)))
+    }
+
+    /// Runs `key` ahead of its deferral: what was deferred is seen by this reconcile, and a
+    /// requeue still pending finds no entry and folds what follows.
+    fn run_now(&self, key: &str) -> Gate {
+        lock(&self.deferred).remove(key);
+        Gate::Run
     }
 
     /// Records that `key` is reconciled at `generation` without asking (a resync after a
@@ -294,6 +314,18 @@ mod tests {
         until_ms: u64,
         generation: impl Fn(u64) -> Option<i64>,
     ) -> Vec<u64> {
+        simulate_completing(gate, events_ms, until_ms, generation, |_| false)
+    }
+
+    /// [`simulate`], where `completes(ms)` is what the operator's
+    /// [`Pacing::completes`](crate::Pacing::completes) says at that time.
+    fn simulate_completing(
+        gate: &Debounce,
+        events_ms: &[u64],
+        until_ms: u64,
+        generation: impl Fn(u64) -> Option<i64>,
+        completes: impl Fn(u64) -> bool,
+    ) -> Vec<u64> {
         let t0 = Instant::now();
         let mut scheduled: Option<u64> = None;
         let mut runs = Vec::new();
@@ -301,7 +333,8 @@ mod tests {
             let event = events_ms.contains(&now);
             if event || scheduled == Some(now) {
                 scheduled = None;
-                match gate.check("ns/o", generation(now), t0 + Duration::from_millis(now)) {
+                let at = t0 + Duration::from_millis(now);
+                match gate.check("ns/o", generation(now), at, || completes(now)) {
                     Gate::Run => runs.push(now),
                     Gate::Wait(d) => {
                         let d = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -365,6 +398,36 @@ mod tests {
     }
 
     #[test]
+    fn the_trigger_that_completes_a_change_runs_at_once() {
+        // Scaled at 0 (generation 2): at once. The new pod's events at 10 and 30 ms fold;
+        // the one at 60 ms makes the caches show the object done: at once. The requeue
+        // still pending at 510 ms folds the status echo at 70 ms into one more reconcile.
+        let gate = at_rest(500, Duration::from_secs(5));
+        let generation = |_| Some(2);
+        let completes = |ms| (60..70).contains(&ms);
+        let runs = simulate_completing(&gate, &[0, 10, 30, 60, 70], 2_000, generation, completes);
+        assert_eq!(runs, [0, 60, 570]);
+
+        // Asked only for a trigger that would wait: never for a new generation, and never
+        // with no debounce.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        let t0 = Instant::now();
+        let asked = std::cell::Cell::new(0);
+        let count = || {
+            asked.set(asked.get() + 1);
+            true
+        };
+        assert_eq!(gate.check("ns/o", Some(1), t0, count), Gate::Run);
+        assert_eq!(asked.get(), 0);
+        assert_eq!(gate.check("ns/o", Some(1), t0, count), Gate::Run);
+        assert_eq!((asked.get(), gate.len()), (1, 0));
+        let none = Debounce::new(Duration::ZERO, Duration::ZERO);
+        assert_eq!(none.check("ns/o", Some(1), t0, count), Gate::Run);
+        assert_eq!(none.check("ns/o", Some(1), t0, count), Gate::Run);
+        assert_eq!(asked.get(), 1);
+    }
+
+    #[test]
     fn a_constant_stream_of_events_cannot_postpone_reconciles_forever() {
         // An event every 200 ms for 10 s, debounce 500 ms.
         let events: Vec<u64> = (0..=50).map(|i| i * 200).collect();
@@ -388,8 +451,11 @@ mod tests {
         let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
         let t0 = Instant::now();
         for key in ["ns/a", "ns/b"] {
-            assert_eq!(gate.check(key, Some(1), t0), Gate::Run);
-            assert!(matches!(gate.check(key, Some(1), t0), Gate::Wait(_)));
+            assert_eq!(gate.check(key, Some(1), t0, || false), Gate::Run);
+            assert!(matches!(
+                gate.check(key, Some(1), t0, || false),
+                Gate::Wait(_)
+            ));
         }
         assert_eq!(gate.reconciled_len(), 2);
         gate.forget("ns/a");
@@ -397,12 +463,12 @@ mod tests {
         assert_eq!(gate.reconciled_len(), 1);
         // ns/b deleted without a report: its deferral is swept after 2 x max wait.
         assert!(matches!(
-            gate.check("ns/c", None, t0 + Duration::from_secs(11)),
+            gate.check("ns/c", None, t0 + Duration::from_secs(11), || false),
             Gate::Wait(_)
         ));
         assert_eq!(gate.len(), 1);
         // A new object of the same name is new: its generation 1 runs at once again.
-        assert_eq!(gate.check("ns/a", Some(1), t0), Gate::Run);
+        assert_eq!(gate.check("ns/a", Some(1), t0, || false), Gate::Run);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! What an operator calls, and nothing else, is public:
 //! - [`run`]: [`Operator`] describes one (its name, CRD, controller and reconcile) and
 //!   `Operator::run` is its whole `main`; [`Toolkit`] is what a reconcile gets (the
-//!   client, the recorder of events, the status writer).
+//!   client, the recorder of events, the status writer); [`Pacing`] is what the runner
+//!   asks the reconcile context before it folds a trigger into the debounce.
 //! - [`namespaces`]: the scopes an operator watches (`--watch-namespace`) and the
 //!   reflector stores of each ([`Scope`], [`namespaces::ScopedStores`]).
 //! - The reconcile kit: [`apply`] (server-side apply, owner references), [`ownership`]
@@ -52,4 +53,4 @@ pub use error::{Error, ReconcileError};
 pub use expiring::Expiring;
 pub use metrics::{GaugeFamily, Metrics, ObjectGauges};
 pub use namespaces::{Scope, WatchNamespaces};
-pub use run::{Operator, Toolkit};
+pub use run::{Operator, Pacing, Toolkit};

@@ -17,7 +17,7 @@ use kube::{
 mod guard;
 mod resync;
 
-pub use crate::toolkit::{Operator, Toolkit};
+pub use crate::toolkit::{Operator, Pacing, Toolkit};
 
 use guard::{Guard, on_controller_result};
 use resync::{Admission, RESYNC_QUEUED, resyncs};
@@ -58,7 +58,8 @@ impl Operator {
     /// of the environment variable `image_env` (the workload image, if set); `build` builds
     /// the `Controller` of one [`Scope`] (called once per watched namespace, or once for
     /// all); `reconcile` is wrapped with metrics, a log span naming the controller and
-    /// object, and per-object exponential backoff on errors.
+    /// object, the debounce (which asks the context's [`Pacing`]) and per-object
+    /// exponential backoff on errors.
     ///
     /// # Errors
     /// [`Error`] with a message saying what to do.
@@ -71,7 +72,7 @@ impl Operator {
     ) -> Result<(), Error>
     where
         K: Watched + CustomResourceExt,
-        Ctx: Send + Sync + 'static,
+        Ctx: Pacing<K> + Send + Sync + 'static,
         E: ReconcileError,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
@@ -252,7 +253,7 @@ fn start_controllers<K, Ctx, E, Fut, B>(
 ) -> impl Future<Output = ()> + use<K, Ctx, E, Fut, B>
 where
     K: Watched,
-    Ctx: Send + Sync + 'static,
+    Ctx: Pacing<K> + Send + Sync + 'static,
     E: ReconcileError,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     B: Fn(&Scope, &Ctx) -> Controller<K>,
@@ -489,7 +490,7 @@ mod tests {
                 let (gate, runs) = (gate.clone(), runs.clone());
                 async move {
                     let now = tokio::time::Instant::now();
-                    if let Gate::Wait(wait) = gate.check("ns/o", None, now.into_std()) {
+                    if let Gate::Wait(wait) = gate.check("ns/o", None, now.into_std(), || false) {
                         return Ok(Action::requeue(wait));
                     }
                     runs.lock().unwrap().push(now - start);

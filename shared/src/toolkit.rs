@@ -1,4 +1,5 @@
-//! What an operator is ([`Operator`]) and what its reconcile gets ([`Toolkit`]).
+//! What an operator is ([`Operator`]), what its reconcile gets ([`Toolkit`]) and what the
+//! runner asks of its context between reconciles ([`Pacing`]).
 
 use std::fmt::Debug;
 
@@ -21,6 +22,26 @@ pub struct Operator {
     pub name: &'static str,
     /// The controller's name (the `controller` label of metrics and logs), e.g. `podset`.
     pub controller: &'static str,
+}
+
+/// What the runner asks an operator's reconcile context about an object of kind `K` before
+/// it folds a trigger into the debounce (`--reconcile-debounce`).
+///
+/// A spec change (a new `metadata.generation`) is reconciled at once; every other trigger
+/// (a child's event, the echo of a status write) waits until the object's triggers have
+/// been quiet for the debounce, so the pods a reconcile created, becoming Ready one after
+/// another, cost one status write rather than one each. The trigger that *completes* the
+/// change (the last pod Ready) would wait out the debounce too, after everything is done,
+/// while a person watches `kubectl get`: [`Pacing::completes`] lets it through.
+pub trait Pacing<K> {
+    /// Whether the caches show `obj` done at its generation (the status a reconcile would
+    /// compute now says `Ready`) while its stored status does not say so yet. Asked only
+    /// for a trigger the debounce would defer, so keep it to cache reads, cheapest check
+    /// first. `true` reconciles at once; the default, `false`, folds every such trigger.
+    fn completes(&self, obj: &K) -> bool {
+        let _ = obj;
+        false
+    }
 }
 
 /// What the runner hands an operator to build its reconcile context from.

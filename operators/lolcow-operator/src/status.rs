@@ -123,6 +123,14 @@ impl ChildProblem {
     }
 }
 
+/// Whether the children serve `lc` as its spec says: the Deployment rolled out and the
+/// Service on `spec.port` ([`status`] says `Ready` when this holds and nothing refused a
+/// write).
+#[must_use]
+pub fn is_serving(lc: &Lolcow, dep: &Deployment, svc: &Service) -> bool {
+    rollout_pending(dep).is_none() && node_port(svc) == Some(lc.spec.port)
+}
+
 /// The status describing the observed children, keeping `lastTransitionTime` of an
 /// unchanged `Ready`. `problem` is why a child could not be written, if any.
 #[must_use]

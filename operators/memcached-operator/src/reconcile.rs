@@ -109,6 +109,36 @@ impl Context {
     }
 }
 
+impl shared::Pacing<Memcached> for Context {
+    /// The last pod of a change ready: `spec.size` current pods ready in the cache, then
+    /// (parsed only when they are) the cached Deployment at its latest spec with as many
+    /// available, and a status that does not say `Ready` for this generation yet.
+    fn completes(&self, mc: &Memcached) -> bool {
+        let Some(ns) = mc.namespace() else {
+            return false;
+        };
+        if mc.metadata.deletion_timestamp.is_some()
+            || conditions::says_ready(mc.status.as_ref(), mc.metadata.generation)
+        {
+            return false;
+        }
+        let name = mc.name_any();
+        let pods = self.pods.by_key(&ns, &name);
+        let pods: Vec<&SlimPod> = pods
+            .iter()
+            .filter(|p| desired::is_pod_of(p, &name))
+            .map(AsRef::as_ref)
+            .collect();
+        if !status::pods_ready(mc, &pods) {
+            return false;
+        }
+        self.deployments
+            .find(&ns, &name)
+            .and_then(|d| d.full().ok())
+            .is_some_and(|d| status::is_available(mc, &d, &pods))
+    }
+}
+
 /// The controller of one scope: Memcacheds; the Deployments and Services this operator
 /// manages (by label, mapped back through the controller owner reference); and the
 /// memcached pods (by label, mapped back through `app.kubernetes.io/instance`) so that

@@ -82,6 +82,39 @@ pub fn replica_failure(deployment: &Deployment) -> Option<String> {
         })
 }
 
+/// Whether the Deployment controller has seen `deployment`'s latest spec, at `size` replicas.
+fn observed(deployment: &Deployment, size: i32) -> bool {
+    let seen = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation);
+    deployment.metadata.generation.is_some()
+        && seen >= deployment.metadata.generation
+        && deployment.spec.as_ref().and_then(|s| s.replicas) == Some(size)
+}
+
+/// Whether at least `spec.size` of `pods` are current and ready: the cheap half of
+/// [`is_available`], from the pod cache alone.
+#[must_use]
+pub fn pods_ready(mc: &Memcached, pods: &[&SlimPod]) -> bool {
+    let ready = pods.iter().filter(|p| is_current(p) && p.ready()).count();
+    ready >= usize::try_from(mc.spec.size.max(0)).unwrap_or(0)
+}
+
+/// Whether [`status`] says `Available` (and `Ready`) for `deployment` and `pods`: the
+/// Deployment controller has seen its latest spec, and at least `spec.size` pods are
+/// available and ready.
+#[must_use]
+pub fn is_available(mc: &Memcached, deployment: &Deployment, pods: &[&SlimPod]) -> bool {
+    let size = mc.spec.size.max(0);
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    observed(deployment, size) && available >= size && pods_ready(mc, pods)
+}
+
 /// The status describing `deployment` and the current `pods` of `mc`, keeping
 /// `lastTransitionTime` of unchanged conditions.
 ///
@@ -111,11 +144,7 @@ pub fn status(
     let dep_status = deployment
         .and_then(|d| d.status.clone())
         .unwrap_or_default();
-    let dep_observed = deployment.is_some_and(|d| {
-        d.metadata.generation.is_some()
-            && dep_status.observed_generation >= d.metadata.generation
-            && d.spec.as_ref().and_then(|s| s.replicas) == Some(size)
-    });
+    let dep_observed = deployment.is_some_and(|d| observed(d, size));
     let available = dep_status.available_replicas.unwrap_or(0);
     let updated = dep_status.updated_replicas.unwrap_or(0);
     let dep_replicas = dep_status.replicas.unwrap_or(0);

@@ -89,6 +89,27 @@ impl Context {
     }
 }
 
+impl shared::Pacing<PodSet> for Context {
+    /// The last pod of a change Ready, or the last extra pod gone: `spec.replicas` active
+    /// pods in the cache, all ready, no create or delete of ours unseen, and a status that
+    /// does not say `Ready` for this generation yet.
+    fn completes(&self, ps: &PodSet) -> bool {
+        let (Some(ns), Some(uid)) = (ps.namespace(), ps.uid()) else {
+            return false;
+        };
+        if ps.metadata.deletion_timestamp.is_some()
+            || conditions::says_ready(ps.status.as_ref(), ps.metadata.generation)
+        {
+            return false;
+        }
+        let owned = self.pods.by_key(&ns, &uid);
+        status::is_ready(ps, &active_pods(&owned, &[]), false)
+            && self
+                .expectations
+                .satisfied(&uid, |name| cached_state(&owned, name), Instant::now())
+    }
+}
+
 /// The label every pod of the operator carries; the pod watch selects on it.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 

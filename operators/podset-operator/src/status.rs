@@ -3,7 +3,11 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use shared::{conditions::Conditions, conditions::HasConditions, events::Announce, slim::SlimPod};
+use shared::{
+    conditions::{Conditions, HasConditions},
+    events::Announce,
+    slim::SlimPod,
+};
 
 use crate::{
     api::{PodSet, PodSetStatus},
@@ -46,7 +50,7 @@ pub fn status(
 
     let old = ps.status.as_ref().map(HasConditions::conditions);
     let counts = format!("{ready}/{want} pods ready");
-    let all_ready = replicas == want && ready == want && !writes_pending;
+    let all_ready = is_ready(ps, active, writes_pending);
     let (progressing, reason, message) = if replicas < want {
         (
             true,
@@ -94,6 +98,14 @@ pub fn status(
         observed_generation: generation,
         conditions: conditions.into_vec(),
     }
+}
+
+/// Whether [`status`] says `Ready` for `active` pods of `ps`: `spec.replicas` of them, all
+/// ready, and no create or delete in flight (`writes_pending`).
+#[must_use]
+pub fn is_ready(ps: &PodSet, active: &[&SlimPod], writes_pending: bool) -> bool {
+    let want = usize::try_from(ps.spec.replicas.max(0)).unwrap_or(0);
+    !writes_pending && active.len() == want && active.iter().all(|p| p.ready())
 }
 
 #[cfg(test)]

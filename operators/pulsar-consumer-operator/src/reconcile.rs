@@ -82,6 +82,31 @@ pub struct Context {
     pub min_poll_interval: Duration,
 }
 
+impl shared::Pacing<PulsarConsumer> for Context {
+    /// The rollout of a change done: the cached Deployment rolled out to the replicas it
+    /// asks for, and a status that does not say `Ready` for this generation yet. (The
+    /// reconcile may then still scale it: that costs one reconcile, not a wrong status.)
+    fn completes(&self, pc: &PulsarConsumer) -> bool {
+        let Some(ns) = pc.namespace() else {
+            return false;
+        };
+        if pc.metadata.deletion_timestamp.is_some()
+            || conditions::says_ready(pc.status.as_ref(), pc.metadata.generation)
+        {
+            return false;
+        }
+        let Ok(Some(deployment)) = self.deployments.find_full(&ns, &pc.name_any()) else {
+            return false;
+        };
+        let want = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1);
+        status::is_rolled_out(&deployment, want)
+    }
+}
+
 impl Context {
     /// A context with the default [`Options`]; `image` comes from `PULSAR_CONSUMER_IMAGE`
     /// (unset or empty = the default).

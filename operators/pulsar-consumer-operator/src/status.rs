@@ -51,6 +51,28 @@ impl Problem {
     }
 }
 
+/// Whether the Deployment controller has seen `deployment`'s latest spec.
+fn seen(deployment: &Deployment) -> bool {
+    let observed = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation);
+    observed.is_some() && observed >= deployment.metadata.generation
+}
+
+/// Whether `deployment` has rolled out to `want` consumers: its latest spec seen, and
+/// `want` pods, all updated and ready ([`status`] says `Ready` when this holds and nothing
+/// refused a write).
+#[must_use]
+pub fn is_rolled_out(deployment: &Deployment, want: i32) -> bool {
+    let observed = deployment.status.clone().unwrap_or_default();
+    let want = want.max(0);
+    seen(deployment)
+        && observed.updated_replicas.unwrap_or(0) == want
+        && observed.replicas.unwrap_or(0) == want
+        && observed.ready_replicas.unwrap_or(0) == want
+}
+
 /// The status describing `deployment` (the PulsarConsumer's Deployment as last written or
 /// observed; `None` when there is none), keeping `lastTransitionTime` of unchanged conditions.
 /// `problem` is why the Deployment could not be written, if it could not; `replicas` the
@@ -72,15 +94,11 @@ pub fn status(
     let current = observed.replicas.unwrap_or(0);
     let ready = observed.ready_replicas.unwrap_or(0);
     let updated = observed.updated_replicas.unwrap_or(0);
-    // The Deployment controller has seen the latest Deployment spec.
-    let seen = deployment.is_some_and(|d| {
-        observed.observed_generation.is_some()
-            && observed.observed_generation >= d.metadata.generation
-    });
+    let seen = deployment.is_some_and(seen);
     let deadline_exceeded = observed.conditions.iter().flatten().find(|c| {
         c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
     });
-    let rolled_out = seen && updated == want && current == want && ready == want;
+    let rolled_out = deployment.is_some_and(|d| is_rolled_out(d, want));
     let counts = format!("{ready}/{want} consumers ready");
 
     let (ready_cond, progressing) = if let Some(p) = problem {

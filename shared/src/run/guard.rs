@@ -15,6 +15,7 @@ use crate::{
     error::ReconcileError,
     metrics::{Metrics, ReconcileResult},
     namespaces::ScopeStatus,
+    toolkit::Pacing,
 };
 
 /// The operator's reconcile as the controllers call it, with what surrounds each call:
@@ -32,7 +33,8 @@ pub(super) struct Guard<K, Ctx, Fut> {
     /// event every 200 ms with a 500 ms debounce would postpone the reconcile for as long
     /// as the events keep coming. kube runs with no debounce instead, and
     /// [`Guard::reconcile`] asks [`Debounce`] first: a generation not reconciled yet (a
-    /// spec change) runs at once; any other trigger is deferred, returning a requeue after
+    /// spec change) runs at once, and so does a trigger that completes the object (the
+    /// context's [`Pacing::completes`]); any other trigger is deferred, returning a requeue after
     /// the remaining quiet time, and waits at most
     /// [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT) after its first deferred trigger.
     pub(super) debounce: Debounce,
@@ -43,7 +45,7 @@ pub(super) struct Guard<K, Ctx, Fut> {
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }
 
-impl<K: Resource, Ctx, Fut> Guard<K, Ctx, Fut> {
+impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
     /// Reconciles `obj` once every watch of its scope (`synced`) has its first full list:
     /// kube's Controller only waits for the primary store, and a reconcile that sees the
     /// children's cache still empty would, after a restart, create children that already
@@ -75,7 +77,10 @@ impl<K: Resource, Ctx, Fut> Guard<K, Ctx, Fut> {
             let generation = obj.meta().generation;
             if resync {
                 self.debounce.ran(&key, generation);
-            } else if let Gate::Wait(wait) = self.debounce.check(&key, generation, now) {
+            } else if let Gate::Wait(wait) = self
+                .debounce
+                .check(&key, generation, now, || ctx.completes(obj.as_ref()))
+            {
                 return Ok(Action::requeue(wait));
             }
             let _worker = queued.start();
