@@ -68,7 +68,41 @@ impl Scratch {
                 .open(&to)?
                 .set_modified(modified)?;
         }
-        Ok(Scratch { root })
+        let scratch = Scratch { root };
+        scratch.keep_artifacts_apart()?;
+        Ok(scratch)
+    }
+
+    /// Gives the copy's own crates artifacts of their own in the shared target directory.
+    /// Cargo names a crate's artifacts by a hash of its path relative to the workspace and
+    /// of its profile, so without this the copy's `shared` or `xtask` (built from sources
+    /// as new as the copy) would replace the workspace's, and a later `cargo xtask` in the
+    /// workspace would find them fresh and run the copy's xtask, which knows the
+    /// scaffolded operator. A profile setting of no consequence (255 codegen units rather
+    /// than 256) for each member gives them another hash; the dependencies stay shared.
+    fn keep_artifacts_apart(&self) -> Result<()> {
+        let out = xtask::cmd::cargo()
+            .current_dir(&self.root)
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .output()
+            .context("running cargo metadata")?;
+        ensure!(out.status.success(), "cargo metadata failed in the copy");
+        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let mut config = String::from(
+            "\n# The scratch copy of the scaffold test: its crates' artifacts apart from the workspace's.\n",
+        );
+        for package in metadata["packages"].as_array().into_iter().flatten() {
+            let name = package["name"]
+                .as_str()
+                .context("a package without a name")?;
+            config.push_str(&format!(
+                "[profile.dev.package.\"{name}\"]\ncodegen-units = 255\n"
+            ));
+        }
+        let path = self.root.join(".cargo").join("config.toml");
+        let mut file = std::fs::File::options().append(true).open(&path)?;
+        std::io::Write::write_all(&mut file, config.as_bytes())?;
+        Ok(())
     }
 
     /// Every file of the copy and its contents.
@@ -140,7 +174,7 @@ impl Drop for Scratch {
             .arg(self.tree())
             .output();
         // Building the copy's xtask linked `target/debug/xtask` to it: link the
-        // workspace's own back (nothing to compile, it is up to date).
+        // workspace's own back (its artifacts are apart, so nothing to compile).
         let _ = xtask::cmd::cargo()
             .current_dir(repo_root())
             .args(["build", "--quiet", "-p", "xtask"])

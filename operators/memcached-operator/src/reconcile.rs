@@ -11,6 +11,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
     runtime::{
         Controller,
         controller::Action,
@@ -188,6 +189,7 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
         return Ok(Action::await_change());
     };
     let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
+    let mc = add_finalizer(&api, mc).await?;
     finalizer(&api, FINALIZER, mc, |event| async {
         match event {
             finalizer::Event::Apply(mc) => apply(&mc, &ctx).await,
@@ -202,6 +204,35 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
         }
         e => Err(Error::Finalizer(Box::new(e))),
     })
+}
+
+/// Adds the finalizer to `mc` when it lacks it and is not being deleted; returns the
+/// Memcached as it now is.
+///
+/// kube's `finalizer` would add it and return, leaving the children to the reconcile the
+/// finalizer's own watch event triggers, and the debounce defers that one: a new Memcached
+/// waited 500 ms for its Deployment. Added here, the same reconcile goes on to the
+/// children. The patch carries the `resourceVersion` it was computed from, so it replaces
+/// the list only if nobody changed the object meanwhile (else 409, retried with backoff).
+async fn add_finalizer(api: &Api<Memcached>, mc: Arc<Memcached>) -> Result<Arc<Memcached>, Error> {
+    if mc.metadata.deletion_timestamp.is_some() || mc.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(mc);
+    }
+    let mut finalizers = mc.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_owned());
+    let mut metadata = serde_json::json!({ "finalizers": finalizers });
+    if let Some(version) = mc.resource_version() {
+        metadata["resourceVersion"] = version.into();
+    }
+    let patch = serde_json::json!({ "metadata": metadata });
+    let patched = api
+        .patch(
+            &mc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(Arc::new(patched))
 }
 
 /// What writing one child came to.
@@ -477,6 +508,38 @@ mod tests {
                 &[("Normal", "Reconciling"), ("Warning", "ApplyFailed")],
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_new_memcached_gets_its_finalizer_and_its_children_in_one_reconcile() {
+        let mut mc = memcached(1, None);
+        mc.metadata.resource_version = Some("1".into());
+        let stored = Reply::Object(serde_json::to_value(with_finalizer()).unwrap());
+        let mut replies = vec![stored.clone()];
+        replies.extend(children_created());
+        replies.extend([stored, Reply::Echo]);
+        let (result, api) = run(mc, replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        let status = format!("PATCH {MEMCACHED}/status");
+        let finalizer = format!("PATCH {MEMCACHED}");
+        assert_eq!(
+            api.lines(),
+            [
+                &finalizer,
+                GET_DEPLOYMENT,
+                APPLY_DEPLOYMENT,
+                GET_SERVICE,
+                APPLY_SERVICE,
+                &status,
+                EVENT
+            ]
+        );
+        let seen = api.seen();
+        assert_eq!(
+            seen[0].body["metadata"],
+            serde_json::json!({"finalizers": [FINALIZER], "resourceVersion": "1"}),
+            "the list, only if nobody changed the object meanwhile"
+        );
     }
 
     #[tokio::test]

@@ -242,6 +242,34 @@ mod tests {
     };
 
     #[test]
+    fn is_available_is_what_the_status_says() {
+        let mc = memcached(2, None);
+        let (a, b, gone) = (
+            pod("a", true, false),
+            pod("b", false, false),
+            pod("c", true, true),
+        );
+        let ready_b = pod("b", true, false);
+        let mut unseen = deployment(&mc, 2, 2);
+        unseen.metadata.generation = Some(5);
+        let cases: [(Deployment, Vec<&SlimPod>); 6] = [
+            (deployment(&mc, 2, 2), vec![&a, &ready_b]),
+            (deployment(&mc, 2, 2), vec![&a, &b]),
+            (deployment(&mc, 2, 1), vec![&a, &ready_b]),
+            (deployment(&mc, 2, 2), vec![&a, &gone]),
+            (unseen, vec![&a, &ready_b]),
+            (deployment(&memcached(3, None), 3, 3), vec![&a, &ready_b]),
+        ];
+        for (i, (d, pods)) in cases.iter().enumerate() {
+            let s = status(&mc, Some(d), pods, None, jiff::Timestamp::UNIX_EPOCH);
+            let says = is_true(&s.conditions, "Ready");
+            assert_eq!(is_available(&mc, d, pods), says, "case {i}");
+            // The cheap half never rules out what the status calls available.
+            assert!(pods_ready(&mc, pods) || !says, "case {i}");
+        }
+    }
+
+    #[test]
     fn status_available_when_all_pods_ready() {
         let mc = memcached(2, None);
         let d = deployment(&mc, 2, 2);

@@ -118,6 +118,33 @@ mod tests {
     use shared::events::announcements;
 
     #[test]
+    fn is_ready_is_what_the_status_says() {
+        let (a, b, c) = (
+            pod("a", "Running", true),
+            pod("b", "Pending", false),
+            pod("c", "Running", true),
+        );
+        let cases: [(i32, Vec<&SlimPod>, bool); 6] = [
+            (2, vec![&a, &c], false),
+            (2, vec![&a, &b], false),
+            (2, vec![&a, &c], true),
+            (3, vec![&a, &c], false),
+            (1, vec![&a, &c], false),
+            (0, vec![], false),
+        ];
+        for (replicas, active, pending) in cases {
+            let ps = podset(replicas);
+            let s = status(&ps, &active, pending, None, t(1));
+            assert_eq!(
+                is_ready(&ps, &active, pending),
+                is_true(&s.conditions, "Ready"),
+                "{replicas} wanted, {} active, pending {pending}",
+                active.len()
+            );
+        }
+    }
+
+    #[test]
     fn status_and_conditions() {
         let a = pod("a", "Running", true);
         let b = pod("b", "Pending", false);
