@@ -17,7 +17,7 @@ use kube::{
 mod guard;
 mod resync;
 
-pub use crate::toolkit::{Operator, Pacing, Toolkit};
+pub use crate::toolkit::{Operator, Pacing, Toolkit, awaiting_ready};
 
 use guard::{Guard, on_controller_result};
 use resync::{Admission, RESYNC_QUEUED, resyncs};

@@ -44,6 +44,20 @@ pub trait Pacing<K> {
     }
 }
 
+/// The namespace of `obj` when a [`Pacing::completes`] has something to decide: `obj` is
+/// not being deleted and its stored status does not say `Ready` for its generation yet.
+#[must_use]
+pub fn awaiting_ready<K>(obj: &K) -> Option<String>
+where
+    K: Resource + HasStatus,
+    K::Status: HasConditions,
+{
+    let meta = obj.meta();
+    let done = meta.deletion_timestamp.is_some()
+        || crate::conditions::says_ready(obj.status(), meta.generation);
+    if done { None } else { meta.namespace.clone() }
+}
+
 /// What the runner hands an operator to build its reconcile context from.
 #[derive(Clone)]
 pub struct Toolkit {

@@ -72,14 +72,9 @@ impl shared::Pacing<Lolcow> for Context {
     /// The rollout of a change done: the cached Deployment rolled out, the cached Service
     /// on `spec.port`, and a status that does not say `Ready` for this generation yet.
     fn completes(&self, lc: &Lolcow) -> bool {
-        let Some(ns) = lc.namespace() else {
+        let Some(ns) = shared::run::awaiting_ready(lc) else {
             return false;
         };
-        if lc.metadata.deletion_timestamp.is_some()
-            || conditions::says_ready(lc.status.as_ref(), lc.metadata.generation)
-        {
-            return false;
-        }
         let name = lc.name_any();
         let (Ok(Some(dep)), Ok(Some(svc))) = (
             self.deployments.find_full(&ns, &name),

@@ -115,14 +115,9 @@ impl shared::Pacing<Memcached> for Context {
     /// (parsed only when they are) the cached Deployment at its latest spec with as many
     /// available, and a status that does not say `Ready` for this generation yet.
     fn completes(&self, mc: &Memcached) -> bool {
-        let Some(ns) = mc.namespace() else {
+        let Some(ns) = shared::run::awaiting_ready(mc) else {
             return false;
         };
-        if mc.metadata.deletion_timestamp.is_some()
-            || conditions::says_ready(mc.status.as_ref(), mc.metadata.generation)
-        {
-            return false;
-        }
         let name = mc.name_any();
         let pods = self.pods.by_key(&ns, &name);
         let pods: Vec<&SlimPod> = pods

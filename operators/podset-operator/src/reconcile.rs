@@ -94,14 +94,9 @@ impl shared::Pacing<PodSet> for Context {
     /// pods in the cache, all ready, no create or delete of ours unseen, and a status that
     /// does not say `Ready` for this generation yet.
     fn completes(&self, ps: &PodSet) -> bool {
-        let (Some(ns), Some(uid)) = (ps.namespace(), ps.uid()) else {
+        let (Some(ns), Some(uid)) = (shared::run::awaiting_ready(ps), ps.uid()) else {
             return false;
         };
-        if ps.metadata.deletion_timestamp.is_some()
-            || conditions::says_ready(ps.status.as_ref(), ps.metadata.generation)
-        {
-            return false;
-        }
         let owned = self.pods.by_key(&ns, &uid);
         status::is_ready(ps, &active_pods(&owned, &[]), false)
             && self

@@ -87,14 +87,9 @@ impl shared::Pacing<PulsarConsumer> for Context {
     /// asks for, and a status that does not say `Ready` for this generation yet. (The
     /// reconcile may then still scale it: that costs one reconcile, not a wrong status.)
     fn completes(&self, pc: &PulsarConsumer) -> bool {
-        let Some(ns) = pc.namespace() else {
+        let Some(ns) = shared::run::awaiting_ready(pc) else {
             return false;
         };
-        if pc.metadata.deletion_timestamp.is_some()
-            || conditions::says_ready(pc.status.as_ref(), pc.metadata.generation)
-        {
-            return false;
-        }
         let Ok(Some(deployment)) = self.deployments.find_full(&ns, &pc.name_any()) else {
             return false;
         };
