@@ -36,9 +36,11 @@ struct Scratch {
 }
 
 impl Scratch {
-    /// Copies every tracked file (as `git ls-files` lists them, modification times kept so
-    /// that cargo finds the copy's crates up to date after the first run) to
-    /// `target/e2e-scaffold/repo`, emptied first.
+    /// Copies every tracked file (as `git ls-files` lists them) to
+    /// `target/e2e-scaffold/repo`, emptied first. The copies are new files (modification
+    /// time now), so cargo rebuilds the copy's own crates: every run's copy has the same
+    /// paths, and with the workspace's older times kept, the build of the last run's copy
+    /// (its xtask already knowing the scaffolded operator) passed as fresh.
     fn copy_repository() -> Result<Scratch> {
         let root = target_dir().join("e2e-scaffold").join("repo");
         if root.exists() {
@@ -62,11 +64,6 @@ impl Scratch {
                 std::fs::create_dir_all(dir)?;
             }
             std::fs::copy(&from, &to)?;
-            let modified = std::fs::metadata(&from)?.modified()?;
-            std::fs::File::options()
-                .write(true)
-                .open(&to)?
-                .set_modified(modified)?;
         }
         let scratch = Scratch { root };
         scratch.keep_artifacts_apart()?;
