@@ -38,6 +38,7 @@ pub trait Pacing<K> {
     /// compute now says `Ready`) while its stored status does not say so yet. Asked only
     /// for a trigger the debounce would defer, so keep it to cache reads, cheapest check
     /// first. `true` reconciles at once; the default, `false`, folds every such trigger.
+    /// The reconcile still decides what is written: a wrong `true` costs one reconcile.
     fn completes(&self, obj: &K) -> bool {
         let _ = obj;
         false
