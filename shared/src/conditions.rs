@@ -125,19 +125,14 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
-/// Whether the condition of type `type_` is `True` as of `generation` (its
-/// `observedGeneration`: a reconcile of that generation set it).
-#[must_use]
-pub fn is_true_at(conditions: &[Condition], type_: &str, generation: Option<i64>) -> bool {
-    find(conditions, type_)
-        .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
-}
-
 /// Whether `status` (an object's stored status) says `Ready` for `generation`, its
-/// current `metadata.generation`.
-#[must_use]
-pub fn says_ready<S: HasConditions>(status: Option<&S>, generation: Option<i64>) -> bool {
-    status.is_some_and(|s| is_true_at(s.conditions(), "Ready", generation))
+/// current `metadata.generation` (the condition's `observedGeneration`: a reconcile of
+/// that generation set it).
+pub(crate) fn says_ready<S: HasConditions>(status: Option<&S>, generation: Option<i64>) -> bool {
+    status.is_some_and(|s| {
+        find(s.conditions(), "Ready")
+            .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
+    })
 }
 
 #[cfg(test)]

@@ -226,6 +226,24 @@ mod tests {
     }
 
     #[test]
+    fn is_serving_is_what_the_status_says() {
+        let lc = lolcow(30080, Some("Hello"));
+        let owner = shared::apply::owner_reference(&lc).unwrap();
+        let dep = desired_deployment(&lc, owner.clone(), "");
+        let svc = desired_service(&lc, owner);
+        let mut moved = lc.clone();
+        moved.spec.port = 30081;
+        for (lc, dep) in [
+            (&lc, &dep),
+            (&lc, &rolled_out(dep.clone())),
+            (&moved, &rolled_out(dep.clone())),
+        ] {
+            let s = status(lc, Some(dep), Some(&svc), None, t(1));
+            assert_eq!(is_serving(lc, dep, &svc), is_true(&s.conditions, "Ready"));
+        }
+    }
+
+    #[test]
     fn status_and_conditions() {
         let mut lc = lolcow(30080, Some("Hello"));
         let owner = shared::apply::owner_reference(&lc).unwrap();

@@ -110,6 +110,15 @@ impl Context {
     }
 }
 
+impl Context {
+    /// The cached pods of the Memcached `name` in `ns` (its Deployment's, by label).
+    fn pods_of(&self, ns: &str, name: &str) -> Vec<Arc<SlimPod>> {
+        let mut pods = self.pods.by_key(ns, name);
+        pods.retain(|p| desired::is_pod_of(p, name));
+        pods
+    }
+}
+
 impl shared::Pacing<Memcached> for Context {
     /// The last pod of a change ready: `spec.size` current pods ready in the cache, then
     /// (parsed only when they are) the cached Deployment at its latest spec with as many
@@ -119,12 +128,8 @@ impl shared::Pacing<Memcached> for Context {
             return false;
         };
         let name = mc.name_any();
-        let pods = self.pods.by_key(&ns, &name);
-        let pods: Vec<&SlimPod> = pods
-            .iter()
-            .filter(|p| desired::is_pod_of(p, &name))
-            .map(AsRef::as_ref)
-            .collect();
+        let pods = self.pods_of(&ns, &name);
+        let pods: Vec<&SlimPod> = pods.iter().map(AsRef::as_ref).collect();
         if !status::pods_ready(mc, &pods) {
             return false;
         }
@@ -400,13 +405,8 @@ async fn update_status(
     ns: &str,
     announced: &[Announce],
 ) -> Result<(), Error> {
-    let name = mc.name_any();
-    let pods = ctx.pods.by_key(ns, &name);
-    let pods: Vec<_> = pods
-        .iter()
-        .filter(|p| desired::is_pod_of(p, &name))
-        .collect();
-    let pods: Vec<&SlimPod> = pods.into_iter().map(AsRef::as_ref).collect();
+    let pods = ctx.pods_of(ns, &mc.name_any());
+    let pods: Vec<&SlimPod> = pods.iter().map(AsRef::as_ref).collect();
     let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
     ctx.toolkit
         .publish_status(mc, &new_status, announced)

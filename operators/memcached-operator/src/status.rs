@@ -150,7 +150,7 @@ pub fn status(
     let dep_replicas = dep_status.replicas.unwrap_or(0);
 
     let counts = format!("{ready}/{size} pods ready");
-    let is_available = dep_observed && available >= size && ready >= size;
+    let is_available = deployment.is_some_and(|d| is_available(mc, d, pods));
     let (available_reason, available_message) = match deployment {
         _ if is_available => (
             "AllPodsAvailable",

@@ -65,12 +65,13 @@ fn seen(deployment: &Deployment) -> bool {
 /// refused a write).
 #[must_use]
 pub fn is_rolled_out(deployment: &Deployment, want: i32) -> bool {
-    let observed = deployment.status.clone().unwrap_or_default();
-    let want = want.max(0);
+    let want = Some(want.max(0));
     seen(deployment)
-        && observed.updated_replicas.unwrap_or(0) == want
-        && observed.replicas.unwrap_or(0) == want
-        && observed.ready_replicas.unwrap_or(0) == want
+        && deployment.status.as_ref().is_some_and(|s| {
+            s.updated_replicas.or(Some(0)) == want
+                && s.replicas.or(Some(0)) == want
+                && s.ready_replicas.or(Some(0)) == want
+        })
 }
 
 /// The status describing `deployment` (the PulsarConsumer's Deployment as last written or
