@@ -154,21 +154,29 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
     // `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
     local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
     let sa_kubeconfig = service_account_kubeconfig(op, &kubeconfig)?;
-    let launcher = Launcher::Rust {
-        binary,
-        kubeconfig: sa_kubeconfig.clone(),
-    };
+    let proxy_kubeconfig = proxy_kubeconfig_path(op, "")?;
     let result = runtime.block_on(async {
         let client = xtask::kubeconfig::client_from(&kubeconfig).await?;
+        // Through the counting proxy, as the Go original: the same hop, the same count,
+        // and no request log to write. The proxy sends on with the ServiceAccount's token.
+        let as_operator = xtask::kubeconfig::client_from(&sa_kubeconfig).await?;
+        let proxy = proxy::CountingProxy::start(as_operator).await?;
+        proxy.write_kubeconfig(&proxy_kubeconfig)?;
+        let launcher = Launcher::Rust {
+            binary,
+            proxy: std::sync::Arc::new(proxy),
+            kubeconfig: proxy_kubeconfig.clone(),
+        };
         run::bench(args, &launcher, StatusShape::Conditions, &client).await
     });
     let _ = fs::remove_file(&sa_kubeconfig);
+    let _ = fs::remove_file(&proxy_kubeconfig);
     record(&result?, &run_name(op, args.objects, args.stranger_pods))
 }
 
 /// One run of the Go original (`-controller <controller>`), recorded in
-/// `target/bench/<run>-go.json`. It runs with the admin credentials (through the
-/// counting proxy): the Rust operators' RBAC in `deploy/` is not written for it.
+/// `target/bench/<run>-go.json`. The counting proxy sends its requests on with the admin
+/// credentials: the Rust operators' RBAC in `deploy/` is not written for it.
 fn bench_go(
     runtime: &tokio::runtime::Runtime,
     args: &OperatorArgs,
@@ -189,11 +197,7 @@ fn bench_go(
         Operator::Memcached => StatusShape::GoMemcached,
         _ => StatusShape::GoPodSet,
     };
-    let proxy_kubeconfig = out_dir()?.join("logs").join(format!(
-        "{}-go-proxy-{}.kubeconfig",
-        op.name(),
-        std::process::id()
-    ));
+    let proxy_kubeconfig = proxy_kubeconfig_path(op, "-go")?;
     let result = runtime.block_on(async {
         let client = xtask::kubeconfig::client_from(&kubeconfig).await?;
         let proxy = proxy::CountingProxy::start(client.clone()).await?;
@@ -225,6 +229,15 @@ fn record(outcome: &record::RunRecord, name: &str) -> Result<()> {
 /// kubectl (the cluster's own when built) with the admin kubeconfig.
 fn admin_kubectl(kubeconfig: &Path) -> Kubectl {
     Kubectl::new(cluster::build::kubectl_or_path()).with_kubeconfig(kubeconfig)
+}
+
+/// Where the kubeconfig pointing at a run's counting proxy goes (`suffix`: `-go` or none).
+fn proxy_kubeconfig_path(op: Operator, suffix: &str) -> Result<PathBuf> {
+    Ok(out_dir()?.join("logs").join(format!(
+        "{}{suffix}-proxy-{}.kubeconfig",
+        op.name(),
+        std::process::id()
+    )))
 }
 
 /// A kubeconfig with a fresh token of the operator's ServiceAccount.

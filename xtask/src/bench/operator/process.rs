@@ -1,6 +1,6 @@
 //! The operator under test, a local process: the Rust operator as `xtask::local_operator`
-//! runs it (its ServiceAccount's token, JSON logs with one line per API request), or the
-//! Go original behind the bench's counting proxy (see `proxy.rs`).
+//! runs it (JSON logs at `info`), or the Go original; both behind the bench's counting
+//! proxy (see `proxy.rs`), which counts their requests.
 
 use super::procfs;
 use super::proxy::CountingProxy;
@@ -12,15 +12,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xtask::local_operator::{Launch, LocalOperator, free_port};
-use xtask::{process_group, requests};
+use xtask::process_group;
 
-/// What runs, and how its requests are counted.
+/// What runs, through which counting proxy.
 #[derive(Clone)]
 pub(super) enum Launcher {
-    /// A Rust operator's binary, as its ServiceAccount (`kubeconfig`); its requests are
-    /// the `requesting` lines of its log.
+    /// A Rust operator's binary, through `proxy`, which sends its requests on with the
+    /// operator's ServiceAccount token.
     Rust {
         binary: PathBuf,
+        proxy: Arc<CountingProxy>,
+        /// The kubeconfig pointing at the proxy.
         kubeconfig: PathBuf,
     },
     /// The Go original (`-controller <controller>`), through `proxy`, which counts its
@@ -52,13 +54,14 @@ enum Running {
         log_path: PathBuf,
         metrics_port: u16,
         health_port: u16,
-        proxy: Arc<CountingProxy>,
     },
 }
 
 /// The operator under test; SIGTERM (then SIGKILL) when dropped.
 pub(super) struct OperatorProcess {
     running: Running,
+    /// Counts its requests.
+    proxy: Arc<CountingProxy>,
     /// Where its requests began in the request record (the proxy outlives a restart).
     first_request: usize,
 }
@@ -72,19 +75,28 @@ impl OperatorProcess {
         env: &[(String, String)],
     ) -> Result<Self> {
         let running = match launcher {
-            Launcher::Rust { binary, kubeconfig } => Running::Rust(LocalOperator::spawn(Launch {
-                binary,
-                kubeconfig,
-                watch_namespace: namespace,
-                log_path,
-                args: &[],
-                env,
-            })?),
+            Launcher::Rust {
+                binary, kubeconfig, ..
+            } => {
+                // Without the request lines `local_operator` asks for: the proxy counts.
+                let mut env = env.to_vec();
+                if !env.iter().any(|(k, _)| k == "RUST_LOG") {
+                    env.insert(0, ("RUST_LOG".to_owned(), "info".to_owned()));
+                }
+                Running::Rust(LocalOperator::spawn(Launch {
+                    binary,
+                    kubeconfig,
+                    watch_namespace: namespace,
+                    log_path,
+                    args: &[],
+                    env: &env,
+                })?)
+            }
             Launcher::Go {
                 binary,
                 controller,
-                proxy,
                 kubeconfig,
+                ..
             } => {
                 let (metrics_port, health_port) = (free_port()?, free_port()?);
                 let log = File::create(log_path)
@@ -108,12 +120,15 @@ impl OperatorProcess {
                     log_path: log_path.to_owned(),
                     metrics_port,
                     health_port,
-                    proxy: proxy.clone(),
                 }
             }
         };
+        let proxy = match launcher {
+            Launcher::Rust { proxy, .. } | Launcher::Go { proxy, .. } => proxy.clone(),
+        };
         let mut process = Self {
             running,
+            proxy,
             first_request: 0,
         };
         process.first_request = process.request_position();
@@ -204,30 +219,14 @@ impl OperatorProcess {
         }
     }
 
-    /// The operator's whole log so far.
-    fn log(&self) -> String {
-        let text = std::fs::read(self.log_path()).unwrap_or_default();
-        String::from_utf8_lossy(&text).into_owned()
-    }
-
-    /// Where its request record stands now (a phase boundary): bytes of its log, or
-    /// requests through the proxy.
+    /// Where its request record stands now (a phase boundary): requests through the proxy.
     pub(super) fn request_position(&self) -> usize {
-        match &self.running {
-            Running::Rust(op) => op.log_len(),
-            Running::Go { proxy, .. } => proxy.len(),
-        }
+        self.proxy.len()
     }
 
     /// The requests it made between two positions, by `"<verb> <resource>"`.
     pub(super) fn requests_between(&self, from: usize, to: usize) -> BTreeMap<String, u64> {
-        match &self.running {
-            Running::Rust(_) => {
-                let log = self.log();
-                requests::count(log.get(from..to.min(log.len())).unwrap_or_default())
-            }
-            Running::Go { proxy, .. } => proxy.count(from, to),
-        }
+        self.proxy.count(from, to)
     }
 
     /// Where this process's requests begin in the record.

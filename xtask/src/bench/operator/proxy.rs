@@ -1,13 +1,13 @@
-//! Counting the API requests of an operator that does not log them: a plain-HTTP proxy on
-//! 127.0.0.1 in front of the API server.
+//! Counting an operator's API requests: a plain-HTTP proxy on 127.0.0.1 in front of the
+//! API server.
 //!
-//! The Rust operators log one line per request (see `xtask::requests`); the Go originals
-//! (client-go) have no such switch the bench can turn on. So the Go binary gets a kubeconfig
-//! whose server is this proxy, and the proxy forwards every request through the bench's
-//! own client (TLS and credentials of the admin kubeconfig), recording its verb and
-//! resource on the way. Each request is counted as the API server would count it: watches
-//! and retries included. The extra hop is loopback HTTP/1.1, well under a millisecond; it
-//! costs the bench's CPU, not the operator's.
+//! The operator under test (the Rust operator or the Go original) gets a kubeconfig whose
+//! server is this proxy, and the proxy forwards every request through a client of the
+//! bench's (TLS, and the credentials it was given: the Rust operator's ServiceAccount
+//! token, the admin's for the Go original), recording its verb and resource on the way.
+//! Each request is counted as the API server would count it: watches and retries
+//! included. Both pay the same extra hop (loopback HTTP/1.1, well under a millisecond) and
+//! neither pays for TLS or for a request log; the proxy's CPU is the bench's.
 
 use anyhow::{Context, Result};
 use axum::body::Body as AxumBody;

@@ -192,7 +192,7 @@ fn markdown(runs: &[RunRecord]) -> String {
     let _ = writeln!(
         md,
         "Each run: the operator's static release binary (the one its image ships) as a local process (its ServiceAccount's \
-         token, one fresh namespace watched), on the local cluster (`cargo xtask cluster up`: \
+         token, through the bench's counting proxy; one fresh namespace watched), on the local cluster (`cargo xtask cluster up`: \
          real API server, kwok nodes). N objects are created at once, left alone for a quiet \
          window, changed, then deleted (`cargo xtask bench operator --operator <op> \
          --objects <N> --replicas 3`; the set below: `cargo xtask bench --all`).\n"
@@ -352,8 +352,8 @@ pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
          Each pair measured in one `cargo xtask bench operator --operator <op> --objects <N> \
          --go-ref` (the Rust operator's static release binary, then the seed's Go original on \
          controller-runtime, each in a fresh namespace on the simulated nodes, the same objects \
-         and phases). Requests: the Rust operators log theirs; the Go originals' go through the \
-         bench's counting proxy.\n"
+         and phases). Both talk to the API server through the bench's counting proxy (loopback \
+         HTTP/1.1), which counts their requests.\n"
     );
     if columns.is_empty() {
         let _ = writeln!(md, "No pair recorded yet.");

@@ -191,18 +191,19 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
     // What the objects cost: converged RSS above idle, per object.
     let kib_per_object =
         steady.rss_kib.saturating_sub(startup.idle_rss_kib) as f64 / f64::from(n.max(1));
-    let (binary, build, request_counting) = match run.target.launcher {
+    let (binary, build) = match run.target.launcher {
         Launcher::Rust { .. } => (
             op.crate_name().to_owned(),
             "release, static (the image's binary)".to_owned(),
-            "client side: kube-rs `requesting` debug events (RUST_LOG=info,kube_client::client::builder=debug)".to_owned(),
         ),
         Launcher::Go { controller, .. } => (
             format!("go-ref -controller {controller}"),
             "go build (the seed's Go original on controller-runtime)".to_owned(),
-            "the bench's counting proxy between the operator and the API server (loopback HTTP/1.1)".to_owned(),
         ),
     };
+    let request_counting =
+        "the bench's counting proxy between the operator and the API server (loopback HTTP/1.1)"
+            .to_owned();
     RunRecord {
         benchmark: "operator".to_owned(),
         operator: op.name().to_owned(),
