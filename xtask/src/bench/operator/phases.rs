@@ -91,8 +91,9 @@ impl Session<'_> {
             curve
         };
         let all_ready_seconds = seconds(t_create, created.converged);
+        let reconciles = self.process.reconciles();
         println!(
-            "    create: {n} objects Ready in {all_ready_seconds}s (their status {}s, their pods {}s; p50 {}s, p99 {}s), {} status writes, peak RSS {} MiB",
+            "    create: {n} objects Ready in {all_ready_seconds}s (their status {}s, their pods {}s; p50 {}s, p99 {}s), {reconciles} reconciles, {} status writes, peak RSS {} MiB",
             seconds(t_create, created.objects_ready),
             seconds(t_create, created.pods_ready),
             quantile(&latency, 0.5),
@@ -117,6 +118,7 @@ impl Session<'_> {
             writes: loaded.requests.writes,
             requests: loaded.requests,
             cluster_cpu_seconds: loaded.cluster_cpu,
+            reconciles,
         })
     }
 

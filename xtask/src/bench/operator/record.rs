@@ -184,6 +184,9 @@ pub(crate) struct Create {
     /// whatever else ran on it). Absent from older records (and when empty).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cluster_cpu_seconds: BTreeMap<String, f64>,
+    /// Reconciles the operator ran until then (`controller_runtime_reconcile_total`, which
+    /// the Rust operators and controller-runtime both export); 0 in older records.
+    pub reconciles: u64,
 }
 
 /// The pods seen by the bench's watch.

@@ -406,6 +406,7 @@ pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
         row("CPU until all Ready, s", &|r| {
             float(round3(r.startup.cpu_seconds + r.create.cpu_seconds))
         }),
+        row("reconciles (create)", &|r| r.create.reconciles.to_string()),
         row("status writes (create)", &|r| {
             r.create.requests.status_writes().to_string()
         }),
