@@ -160,11 +160,9 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
         // Through the counting proxy, as the Go original: the same hop, the same count,
         // and no request log to write. The proxy sends on with the ServiceAccount's token.
         let as_operator = xtask::kubeconfig::client_from(&sa_kubeconfig).await?;
-        let proxy = proxy::CountingProxy::start(as_operator).await?;
-        proxy.write_kubeconfig(&proxy_kubeconfig)?;
         let launcher = Launcher::Rust {
             binary,
-            proxy: std::sync::Arc::new(proxy),
+            proxy: counting_proxy(as_operator, &proxy_kubeconfig).await?,
             kubeconfig: proxy_kubeconfig.clone(),
         };
         run::bench(args, &launcher, StatusShape::Conditions, &client).await
@@ -200,12 +198,10 @@ fn bench_go(
     let proxy_kubeconfig = proxy_kubeconfig_path(op, "-go")?;
     let result = runtime.block_on(async {
         let client = xtask::kubeconfig::client_from(&kubeconfig).await?;
-        let proxy = proxy::CountingProxy::start(client.clone()).await?;
-        proxy.write_kubeconfig(&proxy_kubeconfig)?;
         let launcher = Launcher::Go {
             binary,
             controller,
-            proxy: std::sync::Arc::new(proxy),
+            proxy: counting_proxy(client.clone(), &proxy_kubeconfig).await?,
             kubeconfig: proxy_kubeconfig.clone(),
         };
         run::bench(args, &launcher, shape, &client).await
@@ -229,6 +225,17 @@ fn record(outcome: &record::RunRecord, name: &str) -> Result<()> {
 /// kubectl (the cluster's own when built) with the admin kubeconfig.
 fn admin_kubectl(kubeconfig: &Path) -> Kubectl {
     Kubectl::new(cluster::build::kubectl_or_path()).with_kubeconfig(kubeconfig)
+}
+
+/// A counting proxy sending on through `client`, and at `kubeconfig` the kubeconfig that
+/// points at it.
+async fn counting_proxy(
+    client: kube::Client,
+    kubeconfig: &Path,
+) -> Result<std::sync::Arc<proxy::CountingProxy>> {
+    let proxy = proxy::CountingProxy::start(client).await?;
+    proxy.write_kubeconfig(kubeconfig)?;
+    Ok(std::sync::Arc::new(proxy))
 }
 
 /// Where the kubeconfig pointing at a run's counting proxy goes (`suffix`: `-go` or none).

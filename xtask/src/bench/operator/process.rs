@@ -44,6 +44,13 @@ impl Launcher {
             Launcher::Go { .. } => "go",
         }
     }
+
+    /// The proxy its requests go through.
+    fn proxy(&self) -> &Arc<CountingProxy> {
+        match self {
+            Launcher::Rust { proxy, .. } | Launcher::Go { proxy, .. } => proxy,
+        }
+    }
 }
 
 /// The running process, by kind.
@@ -123,12 +130,9 @@ impl OperatorProcess {
                 }
             }
         };
-        let proxy = match launcher {
-            Launcher::Rust { proxy, .. } | Launcher::Go { proxy, .. } => proxy.clone(),
-        };
         let mut process = Self {
             running,
-            proxy,
+            proxy: launcher.proxy().clone(),
             first_request: 0,
         };
         process.first_request = process.request_position();
