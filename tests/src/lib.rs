@@ -8,6 +8,7 @@
 
 pub mod delivery;
 pub mod deployed;
+pub mod dns;
 pub mod events;
 pub mod kinds;
 pub mod manifests;

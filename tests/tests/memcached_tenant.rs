@@ -109,11 +109,25 @@ async fn memcached_on_a_non_default_port_stores_and_reads_through_its_service() 
 
     let svc = ns.api::<Service>().get("cache").await?;
     let spec = svc.spec.context("the Service has no spec")?;
-    let ip = spec.cluster_ip.context("the Service has no ClusterIP")?;
+    ensure!(
+        spec.cluster_ip.as_deref() == Some("None"),
+        "a headless Service: {:?}",
+        spec.cluster_ip
+    );
     let ports: Vec<i32> = spec.ports.iter().flatten().map(|p| p.port).collect();
     ensure!(ports == [PORT], "the Service's ports: {ports:?}");
 
-    // A client on this machine, through the Service's ClusterIP (kube-proxy's rules).
+    // A client on this machine, as one in a pod: the Service's name from the cluster's
+    // DNS server, then PORT at the address it gives.
+    let client = e2e::admin_client().await?;
+    let (server, name) = (
+        e2e::dns::cluster_server(&client).await?,
+        e2e::dns::service_name("cache", &ns.name),
+    );
+    let ip = poll("the Service's name resolving", TIMEOUT, || async {
+        Ok(e2e::dns::resolve_a(server, &name).await?.first().copied())
+    })
+    .await?;
     let key = format!("tenant-{}", unique_suffix());
     let value = format!("stored through {PORT}");
     let addr = format!("{ip}:{PORT}");

@@ -3,7 +3,7 @@
 //! (containerd + kubelet), where the kubelet's probes must pass, the operator
 //! must run as user 65532 on a read-only root filesystem with the in-cluster
 //! configuration of its ServiceAccount, and the workloads it creates must
-//! really serve: busybox pods run, memcached answers on its ClusterIP, the cow
+//! really serve: busybox pods run, memcached answers at its Service's name, the cow
 //! page is served on its NodePort, consumers receive every message from the
 //! real Pulsar broker.
 //!
@@ -482,41 +482,72 @@ fn memcached_version(addr: &str) -> Result<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn memcached_operator_image_runs_memcached_that_answers_on_its_cluster_ip() -> Result<()> {
+async fn memcached_operator_image_runs_memcached_that_answers_at_its_service_name() -> Result<()> {
     let client = e2e::admin_client().await?;
     if !has_real_node(&client).await? {
         return e2e::skip(
-            "memcached_operator_image_runs_memcached_that_answers_on_its_cluster_ip",
+            "memcached_operator_image_runs_memcached_that_answers_at_its_service_name",
             NO_REAL_NODE,
         );
     }
     let deployed = Deployed::new("memcached-operator")?;
     assert_operator_runs(&client, &deployed).await?;
     let ns = TestNamespace::real("real-memcached").await?;
-    create_from_json::<memcached_operator::api::Memcached>(&ns, kinds::memcached("cache", 1))
+    create_from_json::<memcached_operator::api::Memcached>(&ns, kinds::memcached("cache", 2))
         .await?;
     e2e::kinds::wait_memcached_ready(&ns, "cache").await?;
     let svc: Service = ns.api::<Service>().get("cache").await?;
-    let ip = svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.cluster_ip.clone())
-        .context("the Service has no ClusterIP")?;
-    // From the host, through kube-proxy's rules.
-    let answer = poll(
-        "memcached's version on the ClusterIP",
+    let cluster_ip = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
+    ensure!(
+        cluster_ip == Some("None"),
+        "a headless Service: {cluster_ip:?}"
+    );
+    // What a client in a pod does: resolve the Service's name with the cluster's DNS
+    // server (from here through kube-proxy's rules to CoreDNS), which answers with
+    // every ready memcached pod, and talk to each of them.
+    let mut ready: Vec<String> = pods(
+        &client,
+        &ns.name,
+        "app.kubernetes.io/instance=cache,app.kubernetes.io/name=memcached",
+    )
+    .await?
+    .iter()
+    .filter(|p| p.metadata.deletion_timestamp.is_none())
+    .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+    .collect();
+    ready.sort();
+    ensure!(ready.len() == 2, "two memcached pods with an IP: {ready:?}");
+    let (server, name) = (
+        e2e::dns::cluster_server(&client).await?,
+        e2e::dns::service_name("cache", &ns.name),
+    );
+    let resolved = poll(
+        "the Service's name resolving to both memcached pods",
         Duration::from_secs(60),
-        || {
-            let addr = format!("{ip}:11211");
-            async move {
-                Ok(memcached_version(&addr)
-                    .ok()
-                    .filter(|a| a.starts_with("VERSION ")))
-            }
+        || async {
+            let found = e2e::dns::resolve_a(server, &name).await?;
+            let mut found: Vec<String> = found.iter().map(ToString::to_string).collect();
+            found.sort();
+            Ok((found == ready).then_some(found))
         },
     )
     .await?;
-    eprintln!("memcached on {ip}:11211 says {answer}");
+    for ip in &resolved {
+        let answer = poll(
+            "memcached's version at an address of the Service's name",
+            Duration::from_secs(60),
+            || {
+                let addr = format!("{ip}:11211");
+                async move {
+                    Ok(memcached_version(&addr)
+                        .ok()
+                        .filter(|a| a.starts_with("VERSION ")))
+                }
+            },
+        )
+        .await?;
+        eprintln!("{name} -> {ip}: memcached says {answer}");
+    }
     let pods = pods(
         &client,
         &ns.name,

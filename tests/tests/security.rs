@@ -50,7 +50,10 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
                 "deployments.apps",
                 &["get", "list", "watch", "create", "patch"],
             ),
-            ("services", &["get", "list", "watch", "create", "patch"]),
+            (
+                "services",
+                &["get", "list", "watch", "create", "patch", "delete"],
+            ),
             ("pods", &["list", "watch"]),
             ("events.events.k8s.io", &["create", "patch"]),
         ],

@@ -29,6 +29,8 @@ pub const APP: &str = "memcached";
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// Name of the container and of its port (the Service targets the port by this name).
 pub const CONTAINER: &str = "memcached";
+/// `spec.clusterIP` of a headless Service.
+pub const HEADLESS: &str = "None";
 /// The non-root user memcached runs as (as in the Go original).
 pub const POD_USER: i64 = 1001;
 /// The memcached command line before its port (64 MB of item memory, modern defaults,
@@ -161,12 +163,21 @@ pub fn desired_deployment(mc: &Memcached, owner: OwnerReference, image: &str) ->
     )
 }
 
-/// The Service of `mc`: named after it, `containerPort` to the pods' `memcached` port.
+/// The Service of `mc`: named after it, `containerPort` to the pods' `memcached` port,
+/// headless (`clusterIP: None`).
+///
+/// Headless because memcached servers do not share their keys: a client spreads keys over
+/// the servers it knows, so it needs each pod's address (the name resolves to the ready
+/// pods' IPs, and `_memcached._tcp.<name>` lists them as SRV records, which dnssrv
+/// discovery reads). A virtual IP would send each connection to any pod, and a value set
+/// through one connection would be missed through the next. It also costs the cluster
+/// less: no address to allocate and no proxy rules on every node.
 #[must_use]
 pub fn desired_service(mc: &Memcached, owner: OwnerReference) -> Service {
     Service {
         metadata: metadata(mc, owner),
         spec: Some(ServiceSpec {
+            cluster_ip: Some(HEADLESS.to_owned()),
             selector: Some(selector_labels(mc)),
             ports: Some(vec![ServicePort {
                 name: Some(CONTAINER.to_owned()),
@@ -178,6 +189,18 @@ pub fn desired_service(mc: &Memcached, owner: OwnerReference) -> Service {
             ..ServiceSpec::default()
         }),
         status: None,
+    }
+}
+
+/// Whether the Service `existing` must be deleted and created again to become `desired`:
+/// its cluster IP is immutable, so a Service an earlier version of this operator made
+/// with a virtual IP cannot be updated to headless (the API server refuses it).
+#[must_use]
+pub fn service_needs_recreate(desired: &Service, existing: &Service) -> bool {
+    let ip = |s: &Service| s.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+    match (ip(desired), ip(existing)) {
+        (Some(want), Some(have)) => !have.is_empty() && want != have,
+        _ => false,
     }
 }
 
@@ -271,6 +294,7 @@ mod tests {
             Some(IntOrString::String("memcached".into()))
         );
         assert_eq!(spec.selector.unwrap(), selector_labels(&mc));
+        assert_eq!(spec.cluster_ip.as_deref(), Some(HEADLESS));
         let d = desired_deployment(&mc, owner(), "img");
         let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 12345);
@@ -302,6 +326,30 @@ mod tests {
                 (port, Some(IntOrString::String(CONTAINER.into())))
             );
         }
+    }
+
+    #[test]
+    fn only_a_service_with_a_virtual_ip_is_recreated() {
+        let desired = desired_service(&memcached(1, None), owner());
+        let with_ip = |ip: Option<&str>| {
+            let mut s = desired.clone();
+            s.spec.as_mut().unwrap().cluster_ip = ip.map(str::to_owned);
+            s
+        };
+        // Made by an earlier version: a virtual IP, which cannot be changed to None.
+        assert!(service_needs_recreate(
+            &desired,
+            &with_ip(Some("10.96.0.12"))
+        ));
+        // Already headless; or not allocated yet (nothing to keep).
+        assert!(!service_needs_recreate(&desired, &with_ip(Some(HEADLESS))));
+        assert!(!service_needs_recreate(&desired, &with_ip(Some(""))));
+        assert!(!service_needs_recreate(&desired, &with_ip(None)));
+        // A desired Service that leaves the IP to the API server keeps whatever it has.
+        assert!(!service_needs_recreate(
+            &with_ip(None),
+            &with_ip(Some("10.96.0.12"))
+        ));
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub const SUBSET: &[(&str, &[&str])] = &[
         "the operator runs from its image on the real node and its workload really serves",
         &[
             "podset_operator_image_runs_busybox_pods_for_real",
-            "memcached_operator_image_runs_memcached_that_answers_on_its_cluster_ip",
+            "memcached_operator_image_runs_memcached_that_answers_at_its_service_name",
             "lolcow_operator_image_serves_the_cow_page_on_its_node_port",
             "pulsar_consumer_operator_image_consumes_from_the_real_broker",
         ],
