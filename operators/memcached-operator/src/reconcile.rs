@@ -100,7 +100,7 @@ impl Context {
             // Indexed by the Memcached's name (`app.kubernetes.io/instance`): a reconcile
             // reads its own pods only.
             pods: Arc::new(ScopedStores::indexed(|p: &SlimPod| {
-                p.labels().get(INSTANCE_LABEL).cloned()
+                p.labels().get(INSTANCE_LABEL).map(str::to_owned)
             })),
             image: image
                 .map(|i| i.trim().to_owned())
