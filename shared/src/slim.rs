@@ -27,7 +27,7 @@ use kube::Resource;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::value::RawValue;
 
-/// `metadata` without `managedFields`: [`lean_meta`] parses into it, and the JSON of the
+/// `metadata` without `managedFields`: [`SlimPod`] and [`Slim`] parse into it, and the JSON of the
 /// managed fields (often the larger part of an object's metadata, and a tree of maps once
 /// parsed) is skipped over without being built.
 #[derive(Default, Deserialize)]
@@ -119,8 +119,9 @@ impl Pairs {
     }
 
     fn from_pairs(mut pairs: Vec<(Box<str>, Box<str>)>) -> Self {
-        pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        // A JSON object may repeat a key; the last one counts, as when it is read into a map.
+        // Stable: a JSON object may repeat a key, and the last one counts, as when it is
+        // read into a map; the repeats stay in their order for the dedup below.
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
         pairs.reverse();
         pairs.dedup_by(|later, earlier| later.0 == earlier.0);
         pairs.reverse();
@@ -136,6 +137,13 @@ impl From<Option<BTreeMap<String, String>>> for Pairs {
                 .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
                 .collect(),
         )
+    }
+}
+
+impl Serialize for Pairs {
+    /// A JSON object, as the map it stands for.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
     }
 }
 
@@ -171,17 +179,6 @@ impl<'de> Deserialize<'de> for Pairs {
         }
         d.deserialize_option(Visitor)
     }
-}
-
-/// Deserializes `metadata` as an [`ObjectMeta`] without its `managedFields`, which no
-/// reconcile reads (`#[serde(deserialize_with = "shared::slim::lean_meta")]`).
-///
-/// # Errors
-/// The deserializer's, when `metadata` is not an object meta.
-pub fn lean_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    Ok(Option::<LeanMeta>::deserialize(d)?
-        .unwrap_or_default()
-        .into())
 }
 
 /// A Pod as the operators cache it: its metadata without `managedFields`, `status.phase`
@@ -385,15 +382,22 @@ impl<K> Slim<K> {
     pub fn annotations(&self) -> &Pairs {
         &self.annotations
     }
+}
 
-    /// The metadata with the labels and annotations back in it.
-    fn whole_metadata(&self) -> ObjectMeta {
-        ObjectMeta {
-            labels: self.labels.to_map(),
-            annotations: self.annotations.to_map(),
-            ..self.metadata.clone()
-        }
-    }
+fn no_pairs(pairs: &&Pairs) -> bool {
+    pairs.is_empty()
+}
+
+/// The metadata of a [`Slim`] as it is written out: its `ObjectMeta` (whose labels and
+/// annotations are empty) with the kept [`Pairs`] beside it, without copying either.
+#[derive(Serialize)]
+struct WholeMeta<'a> {
+    #[serde(flatten)]
+    meta: &'a ObjectMeta,
+    #[serde(skip_serializing_if = "no_pairs")]
+    labels: &'a Pairs,
+    #[serde(skip_serializing_if = "no_pairs")]
+    annotations: &'a Pairs,
 }
 
 impl<K> Clone for Slim<K> {
@@ -456,9 +460,12 @@ impl<K: Resource<DynamicType = ()> + DeserializeOwned + Serialize> Slim<K> {
     /// # Errors
     /// [`crate::Error::Serialize`] if the kept JSON is not a `K` (it came from one).
     pub fn full(&self) -> Result<K, crate::Error> {
-        let metadata = self.whole_metadata();
         let parts = Parts {
-            metadata: &metadata,
+            metadata: WholeMeta {
+                meta: &self.metadata,
+                labels: &self.labels,
+                annotations: &self.annotations,
+            },
             spec: self.spec.as_deref(),
             status: self.status.as_deref(),
         };
@@ -588,6 +595,13 @@ mod tests {
         })
     }
 
+    /// `metadata` (or `null`) as the caches read it, back into an `ObjectMeta`.
+    fn lean_meta(metadata: serde_json::Value) -> serde_json::Result<ObjectMeta> {
+        Ok(serde_json::from_value::<Option<LeanMeta>>(metadata)?
+            .unwrap_or_default()
+            .into())
+    }
+
     #[test]
     fn lean_metadata_is_the_object_meta_without_managed_fields() {
         let mut want: ObjectMeta = serde_json::from_value(full_metadata()).unwrap();
@@ -605,8 +619,8 @@ mod tests {
         );
         let slim: Slim<k8s_openapi::api::apps::v1::Deployment> =
             serde_json::from_value(serde_json::json!({"metadata": full_metadata()})).unwrap();
-        assert_eq!(slim.whole_metadata(), want);
         assert_eq!(slim.full().unwrap().metadata, want);
+        assert_eq!(slim.clone().full().unwrap().metadata, want);
         // Kept apart, not twice.
         assert_eq!(
             (slim.metadata.labels, slim.metadata.annotations),

@@ -562,12 +562,18 @@ mod tests {
         );
     }
 
+    /// The Service of `mc` as the API server would show it, with `cluster_ip`.
+    fn our_service(mc: &Memcached, cluster_ip: &str) -> Service {
+        let mut svc = desired::desired_service(mc, owner_reference(mc).unwrap());
+        svc.spec.as_mut().unwrap().cluster_ip = Some(cluster_ip.into());
+        svc
+    }
+
     #[tokio::test]
     async fn a_service_with_a_virtual_ip_is_deleted_and_created_headless() {
         let mc = with_finalizer();
         // The Service as an earlier version made it: ours, with a virtual IP.
-        let mut earlier = desired::desired_service(&mc, owner_reference(&mc).unwrap());
-        earlier.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.12".into());
+        let mut earlier = our_service(&mc, "10.96.0.12");
         earlier.metadata.uid = Some("svc-uid".into());
         earlier.metadata.resource_version = Some("7".into());
         let earlier = serde_json::to_value(&earlier).unwrap();
@@ -608,8 +614,7 @@ mod tests {
     #[tokio::test]
     async fn a_headless_service_is_not_recreated() {
         let mc = with_finalizer();
-        let mut current = desired::desired_service(&mc, owner_reference(&mc).unwrap());
-        current.spec.as_mut().unwrap().cluster_ip = Some(desired::HEADLESS.into());
+        let current = our_service(&mc, desired::HEADLESS);
         let replies = vec![
             Reply::error(404, "not found"),
             Reply::Echo,
