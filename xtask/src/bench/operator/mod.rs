@@ -88,7 +88,7 @@ fn run_standard(base: &OperatorArgs) -> Result<()> {
             );
             failed.push(format!(
                 "{}: {e:#}",
-                run_name(operator, objects, stranger_pods)
+                run_name(operator, objects, stranger_pods, base.namespaces)
             ));
         }
     }
@@ -136,12 +136,17 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
 fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
     let op = args.operator;
     println!(
-        "==> bench operator: {} with {} objects ({} replicas){}",
+        "==> bench operator: {} with {} objects ({} replicas){}{}",
         op.name(),
         args.objects,
         args.replicas,
         if args.stranger_pods > 0 {
             format!(", beside {} stranger pods", args.stranger_pods)
+        } else {
+            String::new()
+        },
+        if args.namespaces > 1 {
+            format!(", in {} namespaces", args.namespaces)
         } else {
             String::new()
         }
@@ -169,7 +174,10 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
     });
     let _ = fs::remove_file(&sa_kubeconfig);
     let _ = fs::remove_file(&proxy_kubeconfig);
-    record(&result?, &run_name(op, args.objects, args.stranger_pods))
+    record(
+        &result?,
+        &run_name(op, args.objects, args.stranger_pods, args.namespaces),
+    )
 }
 
 /// One run of the Go original (`-controller <controller>`), recorded in
@@ -209,7 +217,10 @@ fn bench_go(
     let _ = fs::remove_file(&proxy_kubeconfig);
     record(
         &result?,
-        &format!("{}-go", run_name(op, args.objects, args.stranger_pods)),
+        &format!(
+            "{}-go",
+            run_name(op, args.objects, args.stranger_pods, args.namespaces)
+        ),
     )
 }
 
@@ -279,10 +290,14 @@ mod tests {
         assert!(set.contains(&(Operator::Podset, 1000, 0)));
         assert!(set.contains(&(Operator::Memcached, 1000, 0)));
         assert!(set.contains(&(Operator::Podset, 100, 5000)));
-        assert_eq!(run_name(Operator::Podset, 100, 0), "podset-100");
+        assert_eq!(run_name(Operator::Podset, 100, 0, 1), "podset-100");
         assert_eq!(
-            run_name(Operator::Podset, 100, 5000),
+            run_name(Operator::Podset, 100, 5000, 1),
             "podset-100-strangers-5000"
+        );
+        assert_eq!(
+            run_name(Operator::Memcached, 1000, 0, 10),
+            "memcached-1000-namespaces-10"
         );
     }
 

@@ -29,9 +29,16 @@ pub struct OperatorArgs {
     /// also at N=1000); `--quick` applies.
     #[arg(long)]
     pub(super) standard: bool,
-    /// Pods that belong to nobody, created in the namespace before the operator starts.
+    /// Pods that belong to nobody, created in the (first) namespace before the operator
+    /// starts.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20_000))]
     pub(super) stranger_pods: u32,
+    /// Namespaces the objects are spread over, round robin (the operator watches them
+    /// all), as tenants have them: what the cluster does for a namespace (the controller
+    /// manager's Endpoints and EndpointSlice controllers match every pod against every
+    /// Service of its namespace) grows with the objects per namespace, not in all.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(super) namespaces: u32,
     /// Extra environment of the operator process, e.g. `MALLOC_ARENA_MAX=2` (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub(super) env: Vec<String>,
@@ -60,6 +67,7 @@ impl Default for OperatorArgs {
             quick: false,
             standard: false,
             stranger_pods: 0,
+            namespaces: 1,
             env: Vec::new(),
             reaction_rounds: 12,
             go_ref: None,
@@ -203,11 +211,15 @@ pub(super) fn standard_set() -> Vec<(Operator, u32, u32)> {
     set
 }
 
-/// The run's name, used for its file: `<operator>-<N>`, `-strangers-<M>` with them.
-pub(super) fn run_name(op: Operator, objects: u32, strangers: u32) -> String {
-    if strangers == 0 {
-        format!("{}-{objects}", op.name())
-    } else {
-        format!("{}-{objects}-strangers-{strangers}", op.name())
+/// The run's name, used for its file: `<operator>-<N>`, `-strangers-<M>` with them,
+/// `-namespaces-<K>` when spread over more than one.
+pub(super) fn run_name(op: Operator, objects: u32, strangers: u32, namespaces: u32) -> String {
+    let mut name = format!("{}-{objects}", op.name());
+    if strangers > 0 {
+        name.push_str(&format!("-strangers-{strangers}"));
     }
+    if namespaces > 1 {
+        name.push_str(&format!("-namespaces-{namespaces}"));
+    }
+    name
 }

@@ -287,20 +287,21 @@ impl Session<'_> {
     /// deadline.
     async fn delete_all(&self) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        for attempt in 1.. {
-            match self
-                .cr_api
-                .delete_collection(&DeleteParams::default(), &ListParams::default())
-                .await
-            {
-                Ok(_) => break,
-                Err(e) if Instant::now() < deadline => {
-                    println!("    delete: attempt {attempt} failed ({e}); again");
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e)
-                        .context(format!("deleting every object ({attempt} attempts)")));
+        for api in self.cr_apis() {
+            for attempt in 1.. {
+                match api
+                    .delete_collection(&DeleteParams::default(), &ListParams::default())
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e) if Instant::now() < deadline => {
+                        println!("    delete: attempt {attempt} failed ({e}); again");
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                    Err(e) => {
+                        return Err(anyhow::Error::new(e)
+                            .context(format!("deleting every object ({attempt} attempts)")));
+                    }
                 }
             }
         }
@@ -309,21 +310,22 @@ impl Session<'_> {
 
     /// Waits until no pod, Deployment, ReplicaSet or Service is left.
     async fn children_gone(&self) -> Result<Instant> {
-        let (client, namespace) = (self.target.client, self.target.namespace);
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-        let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-        let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+        let client = self.target.client;
         let lp = ListParams::default();
         let deadline = Instant::now() + self.timeout;
         loop {
             let no_pods = self.pods.lock().is_ok_and(|p| p.present.is_empty());
-            let left = if no_pods {
-                deployments.list_metadata(&lp).await?.items.len()
-                    + replicasets.list_metadata(&lp).await?.items.len()
-                    + services.list_metadata(&lp).await?.items.len()
-            } else {
-                1
-            };
+            let mut left = usize::from(!no_pods);
+            if no_pods {
+                for namespace in self.target.namespaces {
+                    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+                    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+                    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+                    left += deployments.list_metadata(&lp).await?.items.len()
+                        + replicasets.list_metadata(&lp).await?.items.len()
+                        + services.list_metadata(&lp).await?.items.len();
+                }
+            }
             if left == 0 {
                 return Ok(Instant::now());
             }

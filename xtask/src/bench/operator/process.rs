@@ -74,7 +74,7 @@ pub(super) struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    /// Starts what `launcher` names, watching `namespace`.
+    /// Starts what `launcher` names, watching `namespace` (several: comma-separated).
     pub(super) fn start(
         launcher: &Launcher,
         namespace: &str,

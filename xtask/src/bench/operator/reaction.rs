@@ -122,7 +122,7 @@ impl Session<'_> {
     ) -> Result<String> {
         let pp = PatchParams::default();
         if self.op.has_scale() {
-            self.cr_api
+            self.cr_api(name)
                 .patch_scale(
                     name,
                     &pp,
@@ -138,7 +138,7 @@ impl Session<'_> {
         let greeting = format!("Moo, round {round}");
         match self.op {
             Operator::Lolcow => {
-                self.cr_api
+                self.cr_api(name)
                     .patch(
                         name,
                         &pp,

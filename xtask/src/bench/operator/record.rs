@@ -32,6 +32,8 @@ pub(crate) struct RunRecord {
     pub replicas: i32,
     /// Pods that belong to nobody, created before the operator started.
     pub stranger_pods: u32,
+    /// Namespaces the objects were spread over (0 in older files: one).
+    pub namespaces: u32,
     /// Pods one object runs.
     pub pods_per_object: i32,
     /// When the run ended, seconds since the Unix epoch.
@@ -331,6 +333,11 @@ impl RunRecord {
         // Through a `Value`, whose maps keep their keys sorted.
         Ok(serde_json::to_string_pretty(&serde_json::to_value(self)?)? + "\n")
     }
+
+    /// Namespaces the objects were spread over (one for a file recorded before the option).
+    pub(crate) fn namespace_count(&self) -> u32 {
+        self.namespaces.max(1)
+    }
 }
 
 #[cfg(test)]
@@ -365,6 +372,7 @@ pub(crate) mod tests {
         )?;
         assert_eq!(run.objects, 100);
         assert_eq!(run.stranger_pods, 0);
+        assert_eq!(run.namespace_count(), 1);
         assert_eq!(run.restart, None);
         assert_eq!(run.create.all_ready_seconds, 3.5);
         assert!(run.create.requests.by_verb.is_empty());

@@ -34,6 +34,10 @@ fn run_label(run: &RunRecord) -> String {
         0 => base,
         m => format!("{base} + {m} stranger pods"),
     };
+    let base = match run.namespace_count() {
+        1 => base,
+        k => format!("{base} in {k} namespaces"),
+    };
     if is_go(run) {
         format!("{base} (Go original)")
     } else {
@@ -51,6 +55,10 @@ fn operator_cell(run: &RunRecord) -> String {
     let base = match run.stranger_pods {
         0 => operator(run).to_owned(),
         m => format!("{} (+{m} stranger pods)", operator(run)),
+    };
+    let base = match run.namespace_count() {
+        1 => base,
+        k => format!("{base} (in {k} namespaces)"),
     };
     if is_go(run) {
         format!("{base} (Go original)")
@@ -142,7 +150,7 @@ fn runs() -> Result<Vec<RunRecord>> {
             .iter()
             .position(|k| k.short == r.operator)
             .unwrap_or(9);
-        (i, r.objects, r.stranger_pods, is_go(r))
+        (i, r.objects, r.stranger_pods, r.namespace_count(), is_go(r))
     };
     runs.sort_by_key(order);
     Ok(runs)
@@ -192,7 +200,7 @@ fn markdown(runs: &[RunRecord]) -> String {
     let _ = writeln!(
         md,
         "Each run: the operator's static release binary (the one its image ships) as a local process (its ServiceAccount's \
-         token, through the bench's counting proxy; one fresh namespace watched), on the local cluster (`cargo xtask cluster up`: \
+         token, through the bench's counting proxy; one fresh namespace watched, or `--namespaces K` with the objects spread over them), on the local cluster (`cargo xtask cluster up`: \
          real API server, kwok nodes). N objects are created at once, left alone for a quiet \
          window, changed, then deleted (`cargo xtask bench operator --operator <op> \
          --objects <N> --replicas 3`; the set below: `cargo xtask bench --all`).\n"
@@ -333,8 +341,19 @@ fn run_row(r: &RunRecord) -> String {
 /// each (the issue's table): what `target/bench/side-by-side.md` holds.
 pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
     let same = |a: &RunRecord, b: &RunRecord| {
-        (a.operator.as_str(), a.objects, a.replicas, a.stranger_pods)
-            == (b.operator.as_str(), b.objects, b.replicas, b.stranger_pods)
+        (
+            a.operator.as_str(),
+            a.objects,
+            a.replicas,
+            a.stranger_pods,
+            a.namespace_count(),
+        ) == (
+            b.operator.as_str(),
+            b.objects,
+            b.replicas,
+            b.stranger_pods,
+            b.namespace_count(),
+        )
     };
     let columns: Vec<&RunRecord> = runs
         .iter()
@@ -351,8 +370,8 @@ pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
         "# Side by side: the Rust operators and the Go originals\n\n\
          Each pair measured in one `cargo xtask bench operator --operator <op> --objects <N> \
          --go-ref` (the Rust operator's static release binary, then the seed's Go original on \
-         controller-runtime, each in a fresh namespace on the simulated nodes, the same objects \
-         and phases). Both talk to the API server through the bench's counting proxy (loopback \
+         controller-runtime, each in a fresh namespace on the simulated nodes (or the same number of fresh ones with \
+         `--namespaces K`), the same objects and phases). Both talk to the API server through the bench's counting proxy (loopback \
          HTTP/1.1), which counts their requests.\n"
     );
     if columns.is_empty() {
@@ -365,10 +384,14 @@ pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
             .find(|k| k.short == r.operator)
             .map_or(r.operator.as_str(), |k| k.kind);
         format!(
-            "{} {kind} ({} x {})",
+            "{} {kind} ({} x {}{})",
             if is_go(r) { "Go" } else { "Rust" },
             r.objects,
-            r.replicas
+            r.replicas,
+            match r.namespace_count() {
+                1 => String::new(),
+                k => format!(", {k} namespaces"),
+            }
         )
     };
     let header = format!(

@@ -20,8 +20,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Creates a fresh bench namespace, runs every phase in it against what `launcher`
-/// starts (its status read as `shape` says), deletes it. `client`: the bench's own
+/// Creates a fresh bench namespace (`--namespaces K`: K of them), runs every phase in it
+/// against what `launcher` starts (its status read as `shape` says), deletes it. `client`: the bench's own
 /// (admin).
 pub(super) async fn bench(
     args: &OperatorArgs,
@@ -31,7 +31,7 @@ pub(super) async fn bench(
 ) -> Result<RunRecord> {
     let op = args.operator;
     let client = client.clone();
-    let namespace = format!(
+    let base = format!(
         "bench-{}{}-{}-{}",
         op.name(),
         match launcher {
@@ -43,34 +43,43 @@ pub(super) async fn bench(
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() % 1_000_000)
     );
+    let namespaces: Vec<String> = match args.namespaces {
+        1 => vec![base],
+        k => (0..k).map(|i| format!("{base}-{i}")).collect(),
+    };
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({
-        "metadata": {
-            "name": namespace,
-            "labels": { "bench.rust-operators.dev/operator": op.name() },
-            // Thousands of pods: on the simulated nodes.
-            "annotations": xtask::simulated::annotations_json(),
+    for namespace in &namespaces {
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {
+                "name": namespace,
+                "labels": { "bench.rust-operators.dev/operator": op.name() },
+                // Thousands of pods: on the simulated nodes.
+                "annotations": xtask::simulated::annotations_json(),
+            }
+        }))?;
+        if let Err(e) = ns_api.create(&PostParams::default(), &ns).await {
+            cleanup(&client, op, &namespaces).await;
+            return Err(e.into());
         }
-    }))?;
-    ns_api.create(&PostParams::default(), &ns).await?;
-    println!("    namespace {namespace}");
+    }
+    println!("    namespace {}", namespaces.join(", "));
     let target = Target {
         args,
         launcher,
         shape,
         client: &client,
-        namespace: &namespace,
+        namespaces: &namespaces,
     };
     // Ctrl-C or SIGTERM mid-run: the phases are dropped (which stops the operator, so it
     // cannot put a finalizer back), then the same clean-up as after a finished run.
     let result = tokio::select! {
         result = run_phases(&target) => result,
         signal = interrupted() => {
-            println!("    {signal}: stopping the operator, deleting {namespace}");
+            println!("    {signal}: stopping the operator, deleting {}", namespaces.join(", "));
             Err(anyhow!("interrupted by {signal}"))
         }
     };
-    cleanup(&client, op, &namespace).await;
+    cleanup(&client, op, &namespaces).await;
     result
 }
 
@@ -92,8 +101,15 @@ async fn interrupted() -> &'static str {
 
 /// Every phase, in order; the record they fill.
 async fn run_phases(target: &Target<'_>) -> Result<RunRecord> {
-    wait_for_default_service_account(target.client, target.namespace).await?;
-    create_strangers(target.client, target.namespace, target.args.stranger_pods).await?;
+    for namespace in target.namespaces {
+        wait_for_default_service_account(target.client, namespace).await?;
+    }
+    create_strangers(
+        target.client,
+        &target.namespaces[0],
+        target.args.stranger_pods,
+    )
+    .await?;
     let (mut run, startup) = Session::start(target).await?;
     let create = run.create().await?;
     let (steady, pods) = run.quiet_window().await?;
@@ -121,30 +137,32 @@ async fn run_phases(target: &Target<'_>) -> Result<RunRecord> {
     ))
 }
 
-/// Deletes the bench namespace. Objects with a finalizer whose operator has
-/// stopped would keep it `Terminating` forever, so they lose their
+/// Deletes the bench namespaces. Objects with a finalizer whose operator has
+/// stopped would keep a namespace `Terminating` forever, so they lose their
 /// finalizers first.
-async fn cleanup(client: &Client, op: Operator, namespace: &str) {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &op.api_resource());
-    let _ = api
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await;
-    if let Ok(left) = api.list_metadata(&ListParams::default()).await {
-        for obj in left.items {
-            if !obj.finalizers().is_empty() {
-                let _ = api
-                    .patch(
-                        &obj.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
-                    )
-                    .await;
+async fn cleanup(client: &Client, op: Operator, namespaces: &[String]) {
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    for namespace in namespaces {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &op.api_resource());
+        let _ = api
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
+        if let Ok(left) = api.list_metadata(&ListParams::default()).await {
+            for obj in left.items {
+                if !obj.finalizers().is_empty() {
+                    let _ = api
+                        .patch(
+                            &obj.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+                        )
+                        .await;
+                }
             }
         }
+        let _ = ns_api.delete(namespace, &DeleteParams::default()).await;
     }
-    let ns_api: Api<Namespace> = Api::all(client.clone());
-    let _ = ns_api.delete(namespace, &DeleteParams::default()).await;
 }
 
 /// Pods need the namespace's default ServiceAccount: up to 30 s for it.
@@ -213,6 +231,7 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
         objects: n,
         replicas: args.replicas,
         stranger_pods: args.stranger_pods,
+        namespaces: args.namespaces,
         pods_per_object: op.pods_per_object(args.replicas),
         unix_time: SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -30,7 +30,15 @@ pub(super) struct Target<'a> {
     /// How its status says Ready.
     pub(super) shape: StatusShape,
     pub(super) client: &'a Client,
-    pub(super) namespace: &'a str,
+    /// The bench namespaces (one unless `--namespaces`); object `i` is in `i % len`.
+    pub(super) namespaces: &'a [String],
+}
+
+impl Target<'_> {
+    /// What the operator is told to watch: the namespaces, comma-separated.
+    fn watched(&self) -> String {
+        self.namespaces.join(",")
+    }
 }
 
 /// Where a phase began: the process's figures and where its request record stood then.
@@ -60,7 +68,10 @@ pub(super) struct Session<'a> {
     pub(super) n: u32,
     /// The objects' names.
     pub(super) names: Vec<String>,
-    pub(super) cr_api: Api<DynamicObject>,
+    /// The custom resource in each namespace (in the order of `target.namespaces`).
+    cr_apis: Vec<Api<DynamicObject>>,
+    /// Which of `cr_apis` each object is in.
+    homes: HashMap<String, usize>,
     pub(super) objects: Arc<Mutex<Objects>>,
     pub(super) pods: Arc<Mutex<Pods>>,
     pub(super) children: Arc<Mutex<Children>>,
@@ -86,7 +97,7 @@ impl<'a> Session<'a> {
             children,
         } = spawn_watches(
             target.client,
-            target.namespace,
+            target.namespaces,
             &op.api_resource(),
             target.shape,
         );
@@ -104,19 +115,26 @@ impl<'a> Session<'a> {
         let log_path = logs.join(format!("{}.log", log_name(target)));
         let started = Instant::now();
         let mut process =
-            OperatorProcess::start(target.launcher, target.namespace, &log_path, &env)?;
+            OperatorProcess::start(target.launcher, &target.watched(), &log_path, &env)?;
         process.wait_ready().await?;
         let ready_seconds = seconds(started, Instant::now());
+        let names: Vec<String> = (0..n).map(|i| format!("{}-{i:04}", op.name())).collect();
+        let homes = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), i % target.namespaces.len()))
+            .collect();
         let mut run = Self {
             target,
             op,
             n,
-            names: (0..n).map(|i| format!("{}-{i:04}", op.name())).collect(),
-            cr_api: Api::namespaced_with(
-                target.client.clone(),
-                target.namespace,
-                &op.api_resource(),
-            ),
+            names,
+            cr_apis: target
+                .namespaces
+                .iter()
+                .map(|ns| Api::namespaced_with(target.client.clone(), ns, &op.api_resource()))
+                .collect(),
+            homes,
             objects,
             pods,
             children,
@@ -187,7 +205,7 @@ impl<'a> Session<'a> {
             .join(format!("{}-restart.log", log_name(self.target)));
         self.process = OperatorProcess::start(
             self.target.launcher,
-            self.target.namespace,
+            &self.target.watched(),
             &restart_log,
             &self.env,
         )?;
@@ -197,6 +215,17 @@ impl<'a> Session<'a> {
             cluster_cpu: procfs::cluster_cpu(),
         };
         Ok(stopped)
+    }
+
+    /// The custom resource API of the namespace object `name` is in.
+    pub(super) fn cr_api(&self, name: &str) -> &Api<DynamicObject> {
+        let home = self.homes.get(name).copied().unwrap_or(0);
+        &self.cr_apis[home]
+    }
+
+    /// The custom resource API of every bench namespace.
+    pub(super) fn cr_apis(&self) -> &[Api<DynamicObject>] {
+        &self.cr_apis
     }
 
     /// The requests of the current process up to where the current phase began.
@@ -307,7 +336,7 @@ impl<'a> Session<'a> {
     {
         let sent: Vec<(String, Instant, i64)> = futures::stream::iter(items)
             .map(|(name, item)| {
-                let request = send(self.cr_api.clone(), name.clone(), item);
+                let request = send(self.cr_api(&name).clone(), name.clone(), item);
                 async move {
                     let at = Instant::now();
                     let obj = request.await?;
@@ -358,7 +387,12 @@ struct Convergence {
 /// original.
 fn log_name(target: &Target<'_>) -> String {
     let args = target.args;
-    let base = run_name(args.operator, args.objects, args.stranger_pods);
+    let base = run_name(
+        args.operator,
+        args.objects,
+        args.stranger_pods,
+        args.namespaces,
+    );
     match target.launcher {
         Launcher::Rust { .. } => base,
         Launcher::Go { .. } => format!("{base}-go"),

@@ -1,5 +1,5 @@
 //! What the bench's own watches see: the custom resources, the pods and the Deployments of
-//! the bench namespace, each event stamped with the bench's clock when it arrives.
+//! the bench namespaces, each event stamped with the bench's clock when it arrives.
 
 use super::timing::seconds;
 use anyhow::{Context, Result, ensure};
@@ -337,14 +337,47 @@ pub(super) struct Watches {
     pub(super) children: Arc<Mutex<Children>>,
 }
 
+/// The bench namespaces as its watches see them: one is watched alone; several are
+/// watched in one watch of every namespace, whose events of other namespaces are skipped
+/// (one relist then covers them all, as the pod state's bookkeeping wants).
+#[derive(Clone)]
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    /// The API of `K` the watches use: the namespace's, or every namespace's.
+    fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match self.0.as_slice() {
+            [one] => Api::namespaced(client.clone(), one),
+            _ => Api::all(client.clone()),
+        }
+    }
+
+    /// The same for the custom resource `resource`.
+    fn dynamic_api(&self, client: &Client, resource: &ApiResource) -> Api<DynamicObject> {
+        match self.0.as_slice() {
+            [one] => Api::namespaced_with(client.clone(), one, resource),
+            _ => Api::all_with(client.clone(), resource),
+        }
+    }
+
+    /// Whether an event of `obj` is the bench's.
+    fn holds(&self, obj: &impl ResourceExt) -> bool {
+        self.0.len() == 1 || obj.namespace().is_some_and(|ns| self.0.contains(&ns))
+    }
+}
+
 /// Watches the custom resources (`resource`, Ready as `shape` says), the pods and the
-/// Deployments of `namespace` into shared state.
+/// Deployments of `namespaces` into shared state.
 pub(super) fn spawn_watches(
     client: &Client,
-    namespace: &str,
+    namespaces: &[String],
     resource: &ApiResource,
     shape: StatusShape,
 ) -> Watches {
+    let namespaces = Namespaces(namespaces.to_vec());
     let watches = Watches {
         objects: Arc::new(Mutex::new(Objects {
             shape,
@@ -356,11 +389,14 @@ pub(super) fn spawn_watches(
             ..Children::default()
         })),
     };
-    let cr_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-    let state = watches.objects.clone();
+    let cr_api: Api<DynamicObject> = namespaces.dynamic_api(client, resource);
+    let (state, ours) = (watches.objects.clone(), namespaces.clone());
     tokio::spawn(async move {
         let mut stream = watcher::watcher(cr_api, watcher::Config::default()).boxed();
         while let Some(event) = stream.next().await {
+            if !event_of(&event, &ours) {
+                continue;
+            }
             let now = Instant::now();
             let Ok(mut s) = state.lock() else { break };
             match event {
@@ -379,13 +415,20 @@ pub(super) fn spawn_watches(
         }
     });
     // Whole pods: readiness is in their status.
-    let pod_api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let (state, children) = (watches.pods.clone(), watches.children.clone());
+    let pod_api: Api<Pod> = namespaces.api(client);
+    let (state, children, ours) = (
+        watches.pods.clone(),
+        watches.children.clone(),
+        namespaces.clone(),
+    );
     tokio::spawn(async move {
         // The stranger pods are not the operator's business, nor the bench's count.
         let config = watcher::Config::default().labels(&format!("!{STRANGER_LABEL}"));
         let mut stream = watcher::watcher(pod_api, config).boxed();
         while let Some(event) = stream.next().await {
+            if !event_of(&event, &ours) {
+                continue;
+            }
             let now = Instant::now();
             let (Ok(mut s), Ok(mut c)) = (state.lock(), children.lock()) else {
                 break;
@@ -419,12 +462,14 @@ pub(super) fn spawn_watches(
         }
     });
     // Metadata only: the generation and the owner are all the bench reads.
-    let deployment_api: Api<PartialObjectMeta<Deployment>> =
-        Api::namespaced(client.clone(), namespace);
+    let deployment_api: Api<PartialObjectMeta<Deployment>> = namespaces.api(client);
     let children = watches.children.clone();
     tokio::spawn(async move {
         let mut stream = watcher::watcher(deployment_api, watcher::Config::default()).boxed();
         while let Some(event) = stream.next().await {
+            if !event_of(&event, &namespaces) {
+                continue;
+            }
             let now = Instant::now();
             let Ok(mut c) = children.lock() else { break };
             match event {
@@ -436,6 +481,17 @@ pub(super) fn spawn_watches(
         }
     });
     watches
+}
+
+/// Whether a watch event is of the bench namespaces (the markers of a relist always are).
+fn event_of<K: ResourceExt>(
+    event: &Result<Event<K>, watcher::Error>,
+    namespaces: &Namespaces,
+) -> bool {
+    match event {
+        Ok(Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj)) => namespaces.holds(obj),
+        Ok(Event::Init | Event::InitDone) | Err(_) => true,
+    }
 }
 
 #[cfg(test)]
@@ -505,6 +561,22 @@ mod tests {
             },
         }))
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn several_namespaces_keep_the_events_of_theirs_only() {
+        let in_ns = |ns: &str| {
+            let mut p = pod("p", "ReplicaSet", false);
+            p.metadata.namespace = Some(ns.to_owned());
+            Ok(Event::Apply(p))
+        };
+        let one = Namespaces(vec!["a".to_owned()]);
+        let two = Namespaces(vec!["a".to_owned(), "b".to_owned()]);
+        // One namespace is watched alone: whatever comes is its.
+        assert!(event_of(&in_ns("a"), &one));
+        assert!(event_of(&in_ns("b"), &two));
+        assert!(!event_of(&in_ns("kube-system"), &two));
+        assert!(event_of::<Pod>(&Ok(Event::InitDone), &two));
     }
 
     #[test]
