@@ -8,8 +8,9 @@
 //! [`Debounce`]: a spec change, and a trigger that completes it, reconcile at once;
 //! everything else (child events, status echoes, annotations) waits in a trailing debounce
 //! with a maximum wait. Such an object is reconciled once its triggers have been quiet for
-//! `quiet`, but never later than `max_wait` after the first trigger it deferred, so a
-//! constant stream of child events cannot postpone it forever.
+//! `quiet` (an object on its way to its spec: once `max_wait` has passed), but never later
+//! than `max_wait` after the first trigger it deferred, so a constant stream of child
+//! events cannot postpone it forever.
 
 use std::{
     collections::HashMap,
@@ -19,6 +20,7 @@ use std::{
 };
 
 use crate::expiring::{Expiring, shrink_when_sparse};
+use crate::toolkit::Progress;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -140,15 +142,19 @@ struct Deferred {
 ///   changed: `kubectl scale`, an edit) runs at once. That is the trigger a person waits
 ///   on, and it comes alone: the API server bumps the generation once per spec write.
 /// - A trigger after which the caches show the object done while its status does not say
-///   so yet (the operator's [`Pacing::completes`](crate::Pacing::completes): the last pod
-///   Ready) runs at once: it is the status write the person waits for next, and it comes
-///   once per change.
+///   so yet (the operator's [`Pacing::progress`](crate::Pacing::progress) is
+///   [`Progress::Completes`]: the last pod Ready) runs at once: it is the status write the
+///   person waits for next, and it comes once per change.
+/// - A trigger of an object still on its way ([`Progress::Converging`]: created or
+///   changed, not done) is deferred until `max_wait` has passed since the first deferred
+///   trigger, however quiet they are meanwhile: its progress (pods created, some Ready) is
+///   written at most once per `max_wait`, and the trigger that completes it runs at once
+///   anyway. On a busy control plane an object's pods can come seconds apart, which a
+///   quiet window alone would write one status for each.
 /// - Any other trigger (a child's event, the echo of the operator's own status write, a
 ///   label or annotation change) is deferred by `quiet`; each further trigger within
 ///   `quiet` of the previous one defers again, until the triggers have been quiet for
-///   `quiet` or `max_wait` has passed since the first deferred trigger: then it runs. The
-///   pods a reconcile created, becoming Ready one after another, cost at most one more
-///   status write while they come, not one each.
+///   `quiet` or `max_wait` has passed since the first deferred trigger: then it runs.
 ///
 /// The generation reconciled last is kept per object as a hash of its key and the number
 /// (16 bytes an object), until [`Debounce::forget`] (the object is gone).
@@ -182,15 +188,15 @@ impl Debounce {
     }
 
     /// Decides whether a trigger of `key`, whose cached object is at `generation`, runs
-    /// the reconcile at `now` or waits; `completes` (asked only when it would wait) says
-    /// whether the caches show the object done while its status does not say so yet. A
-    /// [`Gate::Run`] records `generation` as reconciled.
+    /// the reconcile at `now` or waits; `progress` (asked only when it would wait) says
+    /// where the object stands ([`Progress`]). A [`Gate::Run`] records `generation` as
+    /// reconciled.
     pub fn check(
         &self,
         key: &str,
         generation: Option<i64>,
         now: Instant,
-        completes: impl FnOnce() -> bool,
+        progress: impl FnOnce() -> Progress,
     ) -> Gate {
         let hash = self.hash(key);
         if let Some(generation) = generation {
@@ -204,9 +210,11 @@ impl Debounce {
         if self.quiet.is_zero() {
             return Gate::Run;
         }
-        if completes() {
-            return self.run_now(key);
-        }
+        let converging = match progress() {
+            Progress::Completes => return self.run_now(key),
+            Progress::Converging => true,
+            Progress::Settled => false,
+        };
         let mut deferred = lock(&self.deferred);
         deferred.prune(now, key, |d| Some(d.last));
         deferred.touched(now);
@@ -218,16 +226,25 @@ impl Debounce {
                     last: now,
                 },
             );
-            return Gate::Wait(self.quiet);
+            return Gate::Wait(if converging {
+                self.max_wait
+            } else {
+                self.quiet
+            });
         };
         let quiet_for = now.saturating_duration_since(d.last);
         let waited = now.saturating_duration_since(d.first);
-        if quiet_for >= self.quiet || waited >= self.max_wait {
+        if (!converging && quiet_for >= self.quiet) || waited >= self.max_wait {
             deferred.remove(key);
             return Gate::Run;
         }
         d.last = now;
-        Gate::Wait(self.quiet.min(self.max_wait.saturating_sub(waited)))
+        let left = self.max_wait.saturating_sub(waited);
+        Gate::Wait(if converging {
+            left
+        } else {
+            self.quiet.min(left)
+        })
     }
 
     /// Runs `key` ahead of its deferral: what was deferred is seen by this reconcile, and a
@@ -314,17 +331,17 @@ mod tests {
         until_ms: u64,
         generation: impl Fn(u64) -> Option<i64>,
     ) -> Vec<u64> {
-        simulate_completing(gate, events_ms, until_ms, generation, |_| false)
+        simulate_progress(gate, events_ms, until_ms, generation, |_| Progress::Settled)
     }
 
-    /// [`simulate`], where `completes(ms)` is what the operator's
-    /// [`Pacing::completes`](crate::Pacing::completes) says at that time.
-    fn simulate_completing(
+    /// [`simulate`], where `progress(ms)` is what the operator's
+    /// [`Pacing::progress`](crate::Pacing::progress) says at that time.
+    fn simulate_progress(
         gate: &Debounce,
         events_ms: &[u64],
         until_ms: u64,
         generation: impl Fn(u64) -> Option<i64>,
-        completes: impl Fn(u64) -> bool,
+        progress: impl Fn(u64) -> Progress,
     ) -> Vec<u64> {
         let t0 = Instant::now();
         let mut scheduled: Option<u64> = None;
@@ -334,7 +351,7 @@ mod tests {
             if event || scheduled == Some(now) {
                 scheduled = None;
                 let at = t0 + Duration::from_millis(now);
-                match gate.check("ns/o", generation(now), at, || completes(now)) {
+                match gate.check("ns/o", generation(now), at, || progress(now)) {
                     Gate::Run => runs.push(now),
                     Gate::Wait(d) => {
                         let d = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -400,12 +417,16 @@ mod tests {
     #[test]
     fn the_trigger_that_completes_a_change_runs_at_once() {
         // Scaled at 0 (generation 2): at once. The new pod's events at 10 and 30 ms fold;
-        // the one at 60 ms makes the caches show the object done: at once. The requeue
-        // still pending at 510 ms folds the status echo at 70 ms into one more reconcile.
+        // the one at 60 ms makes the caches show the object done: at once. Its status echo
+        // at 70 ms (the status says Ready: settled) folds into one more reconcile.
         let gate = at_rest(500, Duration::from_secs(5));
         let generation = |_| Some(2);
-        let completes = |ms| (60..70).contains(&ms);
-        let runs = simulate_completing(&gate, &[0, 10, 30, 60, 70], 2_000, generation, completes);
+        let progress = |ms| match ms {
+            0..60 => Progress::Converging,
+            60..70 => Progress::Completes,
+            _ => Progress::Settled,
+        };
+        let runs = simulate_progress(&gate, &[0, 10, 30, 60, 70], 6_000, generation, progress);
         assert_eq!(runs, [0, 60, 570]);
 
         // Asked only for a trigger that would wait: never for a new generation, and never
@@ -415,7 +436,7 @@ mod tests {
         let asked = std::cell::Cell::new(0);
         let count = || {
             asked.set(asked.get() + 1);
-            true
+            Progress::Completes
         };
         assert_eq!(gate.check("ns/o", Some(1), t0, count), Gate::Run);
         assert_eq!(asked.get(), 0);
@@ -425,6 +446,33 @@ mod tests {
         assert_eq!(none.check("ns/o", Some(1), t0, count), Gate::Run);
         assert_eq!(none.check("ns/o", Some(1), t0, count), Gate::Run);
         assert_eq!(asked.get(), 1);
+    }
+
+    #[test]
+    fn an_object_on_its_way_writes_its_progress_at_most_once_per_bound() {
+        // Created at 0: at once. On a busy control plane its pods come 1.5 s apart
+        // (created, scheduled, started, Ready: 1,500 to 6,000 ms) and the last one
+        // completes it at 7,500 ms.
+        let events = [0, 1_500, 3_000, 4_500, 6_000, 7_500];
+        let generation = |_| Some(1);
+        let progress = |ms| match ms {
+            0..7_500 => Progress::Converging,
+            7_500 => Progress::Completes,
+            _ => Progress::Settled,
+        };
+        // Converging: one reconcile for everything the bound holds, then the completion.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        let runs = simulate_progress(&gate, &events, 12_000, generation, progress);
+        assert_eq!(runs, [0, 6_500, 7_500]);
+        // Were it settled, every event would wait out the quiet window alone.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        let runs = simulate(&gate, &events, 12_000, generation);
+        assert_eq!(runs, [0, 2_000, 3_500, 5_000, 6_500, 8_000]);
+        // A spec change on the way still runs at once.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
+        let changed = |ms| Some(if ms < 3_000 { 1 } else { 2 });
+        let runs = simulate_progress(&gate, &events, 12_000, changed, progress);
+        assert_eq!(runs, [0, 3_000, 7_500]);
     }
 
     #[test]
@@ -451,9 +499,12 @@ mod tests {
         let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5));
         let t0 = Instant::now();
         for key in ["ns/a", "ns/b"] {
-            assert_eq!(gate.check(key, Some(1), t0, || false), Gate::Run);
+            assert_eq!(
+                gate.check(key, Some(1), t0, || Progress::Settled),
+                Gate::Run
+            );
             assert!(matches!(
-                gate.check(key, Some(1), t0, || false),
+                gate.check(key, Some(1), t0, || Progress::Settled),
                 Gate::Wait(_)
             ));
         }
@@ -463,12 +514,17 @@ mod tests {
         assert_eq!(gate.reconciled_len(), 1);
         // ns/b deleted without a report: its deferral is swept after 2 x max wait.
         assert!(matches!(
-            gate.check("ns/c", None, t0 + Duration::from_secs(11), || false),
+            gate.check("ns/c", None, t0 + Duration::from_secs(11), || {
+                Progress::Settled
+            }),
             Gate::Wait(_)
         ));
         assert_eq!(gate.len(), 1);
         // A new object of the same name is new: its generation 1 runs at once again.
-        assert_eq!(gate.check("ns/a", Some(1), t0, || false), Gate::Run);
+        assert_eq!(
+            gate.check("ns/a", Some(1), t0, || Progress::Settled),
+            Gate::Run
+        );
     }
 
     #[test]

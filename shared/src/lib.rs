@@ -53,4 +53,4 @@ pub use error::{Error, ReconcileError};
 pub use expiring::Expiring;
 pub use metrics::{GaugeFamily, Metrics, ObjectGauges};
 pub use namespaces::{Scope, WatchNamespaces};
-pub use run::{Operator, Pacing, Toolkit};
+pub use run::{Operator, Pacing, Progress, Toolkit};

@@ -17,7 +17,7 @@ use kube::{
 mod guard;
 mod resync;
 
-pub use crate::toolkit::{Operator, Pacing, Toolkit, awaiting_ready};
+pub use crate::toolkit::{Operator, Pacing, Progress, Toolkit, awaiting_ready};
 
 use guard::{Guard, on_controller_result};
 use resync::{Admission, RESYNC_QUEUED, resyncs};
@@ -490,7 +490,9 @@ mod tests {
                 let (gate, runs) = (gate.clone(), runs.clone());
                 async move {
                     let now = tokio::time::Instant::now();
-                    if let Gate::Wait(wait) = gate.check("ns/o", None, now.into_std(), || false) {
+                    if let Gate::Wait(wait) =
+                        gate.check("ns/o", None, now.into_std(), || Progress::Settled)
+                    {
                         return Ok(Action::requeue(wait));
                     }
                     runs.lock().unwrap().push(now - start);

@@ -28,24 +28,54 @@ pub struct Operator {
 /// it folds a trigger into the debounce (`--reconcile-debounce`).
 ///
 /// A spec change (a new `metadata.generation`) is reconciled at once; every other trigger
-/// (a child's event, the echo of a status write) waits until the object's triggers have
-/// been quiet for the debounce, so the pods a reconcile created, becoming Ready one after
-/// another, cost one status write rather than one each. The trigger that *completes* the
-/// change (the last pod Ready) would wait out the debounce too, after everything is done,
-/// while a person watches `kubectl get`: [`Pacing::completes`] lets it through.
+/// (a child's event, the echo of a status write) is folded, so the pods a reconcile
+/// created, coming and becoming Ready one after another, cost one status write rather than
+/// one each. How long it is folded depends on where the object stands
+/// ([`Pacing::progress`]): the trigger that *completes* a change (the last pod Ready) runs
+/// at once, as a person watching `kubectl get` waits for it; one of an object still on
+/// its way there is folded for the debounce's whole bound
+/// ([`MAX_DEBOUNCE_WAIT`](crate::run::MAX_DEBOUNCE_WAIT)), so its progress is written at
+/// most that often, however far apart its pods come; any other until the object's
+/// triggers have been quiet for the debounce.
 pub trait Pacing<K> {
-    /// Whether the caches show `obj` done at its generation (the status a reconcile would
-    /// compute now says `Ready`) while its stored status does not say so yet. Asked only
-    /// for a trigger the debounce would defer, so keep it to cache reads, cheapest check
-    /// first. `true` reconciles at once; the default, `false`, folds every such trigger.
-    /// The reconcile still decides what is written: a wrong `true` costs one reconcile.
-    fn completes(&self, obj: &K) -> bool {
+    /// Where `obj` stands, from the caches. Asked only for a trigger the debounce would
+    /// fold, so keep it to cache reads, cheapest check first. The reconcile still decides
+    /// what is written: a wrong [`Progress::Completes`] costs one reconcile. The default,
+    /// [`Progress::Settled`], folds every such trigger until they are quiet.
+    fn progress(&self, obj: &K) -> Progress {
         let _ = obj;
-        false
+        Progress::Settled
     }
 }
 
-/// The namespace of `obj` when a [`Pacing::completes`] has something to decide: `obj` is
+/// Where an object stands when a trigger of it would be folded ([`Pacing::progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Its stored status says `Ready` for its generation, or it is being deleted, or its
+    /// kind does not say: folded until its triggers have been quiet for the debounce.
+    Settled,
+    /// On its way to its spec (its status does not say `Ready` for its generation) and not
+    /// there yet: folded for the debounce's whole bound.
+    Converging,
+    /// The caches show it done while its stored status does not say so yet: reconciled
+    /// at once.
+    Completes,
+}
+
+impl Progress {
+    /// [`Progress::Completes`] when `done`, else [`Progress::Converging`]: for an object
+    /// that [`awaiting_ready`] says is on its way.
+    #[must_use]
+    pub fn converging_until(done: bool) -> Self {
+        if done {
+            Progress::Completes
+        } else {
+            Progress::Converging
+        }
+    }
+}
+
+/// The namespace of `obj` when a [`Pacing::progress`] has something to decide: `obj` is
 /// not being deleted and its stored status does not say `Ready` for its generation yet.
 #[must_use]
 pub fn awaiting_ready<K>(obj: &K) -> Option<String>

@@ -69,20 +69,22 @@ pub struct Context {
 }
 
 impl shared::Pacing<Lolcow> for Context {
-    /// The rollout of a change done: the cached Deployment rolled out, the cached Service
-    /// on `spec.port`, and a status that does not say `Ready` for this generation yet.
-    fn completes(&self, lc: &Lolcow) -> bool {
+    /// Completed by the rollout of a change: the cached Deployment rolled out, the cached
+    /// Service on `spec.port`; converging until then, while the status does not say
+    /// `Ready` for this generation.
+    fn progress(&self, lc: &Lolcow) -> shared::Progress {
         let Some(ns) = shared::run::awaiting_ready(lc) else {
-            return false;
+            return shared::Progress::Settled;
         };
         let name = lc.name_any();
-        let (Ok(Some(dep)), Ok(Some(svc))) = (
+        let done = match (
             self.deployments.find_full(&ns, &name),
             self.services.find_full(&ns, &name),
-        ) else {
-            return false;
+        ) {
+            (Ok(Some(dep)), Ok(Some(svc))) => status::is_serving(lc, &dep, &svc),
+            _ => false,
         };
-        status::is_serving(lc, &dep, &svc)
+        shared::Progress::converging_until(done)
     }
 }
 

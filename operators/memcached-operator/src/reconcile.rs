@@ -22,7 +22,7 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
-    Scope, Toolkit,
+    Progress, Scope, Toolkit,
     apply::{namespace_terminating, owner_reference},
     conditions,
     events::Announce,
@@ -120,23 +120,24 @@ impl Context {
 }
 
 impl shared::Pacing<Memcached> for Context {
-    /// The last pod of a change ready: `spec.size` current pods ready in the cache, then
-    /// (parsed only when they are) the cached Deployment at its latest spec with as many
-    /// available, and a status that does not say `Ready` for this generation yet.
-    fn completes(&self, mc: &Memcached) -> bool {
+    /// Completed by the last pod of a change ready: `spec.size` current pods ready in the
+    /// cache, then (parsed only when they are) the cached Deployment at its latest spec
+    /// with as many available; converging until then, while the status does not say
+    /// `Ready` for this generation.
+    fn progress(&self, mc: &Memcached) -> Progress {
         let Some(ns) = shared::run::awaiting_ready(mc) else {
-            return false;
+            return Progress::Settled;
         };
         let name = mc.name_any();
         let pods = self.pods_of(&ns, &name);
         let pods: Vec<&SlimPod> = pods.iter().map(AsRef::as_ref).collect();
-        if !status::pods_ready(mc, &pods) {
-            return false;
-        }
-        self.deployments
-            .find(&ns, &name)
-            .and_then(|d| d.full().ok())
-            .is_some_and(|d| status::is_available(mc, &d, &pods))
+        let done = status::pods_ready(mc, &pods)
+            && self
+                .deployments
+                .find(&ns, &name)
+                .and_then(|d| d.full().ok())
+                .is_some_and(|d| status::is_available(mc, &d, &pods));
+        Progress::converging_until(done)
     }
 }
 

@@ -90,18 +90,20 @@ impl Context {
 }
 
 impl shared::Pacing<PodSet> for Context {
-    /// The last pod of a change Ready, or the last extra pod gone: `spec.replicas` active
-    /// pods in the cache, all ready, no create or delete of ours unseen, and a status that
-    /// does not say `Ready` for this generation yet.
-    fn completes(&self, ps: &PodSet) -> bool {
+    /// Completed by the last pod of a change Ready, or the last extra pod gone:
+    /// `spec.replicas` active pods in the cache, all ready, no create or delete of ours
+    /// unseen; converging until then, while the status does not say `Ready` for this
+    /// generation.
+    fn progress(&self, ps: &PodSet) -> shared::Progress {
         let (Some(ns), Some(uid)) = (shared::run::awaiting_ready(ps), ps.uid()) else {
-            return false;
+            return shared::Progress::Settled;
         };
         let owned = self.pods.by_key(&ns, &uid);
-        status::is_ready(ps, &active_pods(&owned, &[]), false)
+        let done = status::is_ready(ps, &active_pods(&owned, &[]), false)
             && self
                 .expectations
-                .satisfied(&uid, |name| cached_state(&owned, name), Instant::now())
+                .satisfied(&uid, |name| cached_state(&owned, name), Instant::now());
+        shared::Progress::converging_until(done)
     }
 }
 

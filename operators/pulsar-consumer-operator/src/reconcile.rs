@@ -83,22 +83,26 @@ pub struct Context {
 }
 
 impl shared::Pacing<PulsarConsumer> for Context {
-    /// The rollout of a change done: the cached Deployment rolled out to the replicas it
-    /// asks for, and a status that does not say `Ready` for this generation yet. (The
-    /// reconcile may then still scale it: that costs one reconcile, not a wrong status.)
-    fn completes(&self, pc: &PulsarConsumer) -> bool {
+    /// Completed by the rollout of a change: the cached Deployment rolled out to the
+    /// replicas it asks for; converging until then, while the status does not say `Ready`
+    /// for this generation. (The reconcile may then still scale it: that costs one
+    /// reconcile, not a wrong status.)
+    fn progress(&self, pc: &PulsarConsumer) -> shared::Progress {
         let Some(ns) = shared::run::awaiting_ready(pc) else {
-            return false;
+            return shared::Progress::Settled;
         };
-        let Ok(Some(deployment)) = self.deployments.find_full(&ns, &pc.name_any()) else {
-            return false;
+        let done = match self.deployments.find_full(&ns, &pc.name_any()) {
+            Ok(Some(deployment)) => {
+                let want = deployment
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.replicas)
+                    .unwrap_or(1);
+                status::is_rolled_out(&deployment, want)
+            }
+            _ => false,
         };
-        let want = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(1);
-        status::is_rolled_out(&deployment, want)
+        shared::Progress::converging_until(done)
     }
 }
 

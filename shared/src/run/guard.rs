@@ -34,9 +34,10 @@ pub(super) struct Guard<K, Ctx, Fut> {
     /// as the events keep coming. kube runs with no debounce instead, and
     /// [`Guard::reconcile`] asks [`Debounce`] first: a generation not reconciled yet (a
     /// spec change) runs at once, and so does a trigger that completes the object (the
-    /// context's [`Pacing::completes`]); any other trigger is deferred, returning a requeue after
-    /// the remaining quiet time, and waits at most
-    /// [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT) after its first deferred trigger.
+    /// context's [`Pacing::progress`]); any other trigger is deferred, returning a requeue
+    /// after the remaining quiet time (an object on its way to its spec: the remaining
+    /// bound), and waits at most [`MAX_DEBOUNCE_WAIT`](super::MAX_DEBOUNCE_WAIT) after its
+    /// first deferred trigger.
     pub(super) debounce: Debounce,
     /// Resync triggers queued after a full list ([`super::resync`]): claimed when their
     /// reconcile starts, which then skips the debounce (no burst of events to fold).
@@ -79,7 +80,7 @@ impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
                 self.debounce.ran(&key, generation);
             } else if let Gate::Wait(wait) = self
                 .debounce
-                .check(&key, generation, now, || ctx.completes(obj.as_ref()))
+                .check(&key, generation, now, || ctx.progress(obj.as_ref()))
             {
                 return Ok(Action::requeue(wait));
             }
