@@ -137,7 +137,8 @@ where
 }
 
 /// Patches the status subresource of `obj` with `new_status`, only if it differs from
-/// `current_status`. Returns whether a write was sent.
+/// `current_status`. Returns the object as the write left it, `None` when nothing was
+/// sent.
 ///
 /// The patch is a JSON merge patch that replaces the status: every field of
 /// `current_status` that `new_status` no longer has is sent as `null`, so a field that
@@ -151,13 +152,13 @@ pub async fn patch_status<K, S>(
     obj: &K,
     current_status: Option<&S>,
     new_status: &S,
-) -> Result<bool, Error>
+) -> Result<Option<K>, Error>
 where
     K: Resource + DeserializeOwned + Clone + std::fmt::Debug,
     S: Serialize + PartialEq,
 {
     if current_status == Some(new_status) {
-        return Ok(false);
+        return Ok(None);
     }
     let name = obj.name_any();
     let new = to_value(new_status, &name)?;
@@ -166,9 +167,10 @@ where
         None => new,
     };
     let body = serde_json::json!({ "status": status });
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+    let written = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await?;
-    Ok(true)
+    Ok(Some(written))
 }
 
 /// The JSON merge patch (RFC 7386) that turns `current` into `new`: `new` itself, plus a

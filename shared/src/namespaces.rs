@@ -9,6 +9,7 @@
 use std::{fmt, str::FromStr, sync::Arc};
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -18,6 +19,8 @@ use kube::{
     },
 };
 use serde::de::DeserializeOwned;
+
+use crate::status::StatusWrites;
 
 mod stores;
 mod streaming;
@@ -207,6 +210,9 @@ pub struct Scope {
     /// With [`StreamingLists::Auto`]: whether the API server serves streaming lists, once
     /// it said so (asked before the scope's first watch; shared by its clones).
     streaming_served: Arc<tokio::sync::OnceCell<bool>>,
+    /// The operator's own status writes, whose echoes do not trigger its controllers
+    /// ([`Scope::with_status_writes`]).
+    status_writes: Option<Arc<StatusWrites>>,
 }
 
 impl fmt::Debug for Scope {
@@ -232,7 +238,19 @@ impl Scope {
             lists: Arc::new(tokio::sync::watch::Sender::new(0)),
             streaming_lists: StreamingLists::Never,
             streaming_served: Arc::new(tokio::sync::OnceCell::new()),
+            status_writes: None,
         }
+    }
+
+    /// The operator's own status writes (its [`crate::Toolkit`]'s): a primary object's
+    /// watch event at exactly the version one of them left it at is the echo of that
+    /// write, and does not trigger [`Scope::controller`]'s reconcile (it still updates the
+    /// cache). The reconcile that wrote it knew all it holds; without this, each status
+    /// write cost one more reconcile that found nothing to do.
+    #[must_use]
+    pub fn with_status_writes(mut self, writes: Arc<StatusWrites>) -> Self {
+        self.status_writes = Some(writes);
+        self
     }
 
     /// How this scope's caches fill (`--streaming-lists`); paginated lists unless set.
@@ -480,13 +498,23 @@ impl Scope {
     }
 
     /// A `Controller` for the primary kind `K` in this scope, with managedFields dropped
-    /// from its cache. Add child watches with [`Scope::reflect`] + `owns_stream`.
+    /// from its cache, and the echoes of the operator's own status writes not passed on as
+    /// triggers ([`Scope::with_status_writes`]). Add child watches with [`Scope::reflect`]
+    /// + `owns_stream`.
     #[must_use]
     pub fn controller<K>(&self, wc: watcher::Config) -> Controller<K>
     where
         K: Watched,
     {
         let (reader, stream) = self.reflect::<K>(wc);
+        let writes = self.status_writes.clone();
+        let stream = stream.filter(move |event| {
+            let echo = match (event, &writes) {
+                (Ok(obj), Some(writes)) => is_echo(writes, obj.meta()),
+                _ => false,
+            };
+            std::future::ready(!echo)
+        });
         Controller::for_stream(stream, reader)
     }
 
@@ -504,6 +532,15 @@ impl Scope {
     pub fn status(&self) -> tokio::sync::watch::Receiver<ScopeStatus> {
         self.status.subscribe()
     }
+}
+
+/// Whether the object `meta` describes is, version for version, what one of `writes` left
+/// (which is then forgotten: [`StatusWrites::take_echo`]).
+fn is_echo(writes: &StatusWrites, meta: &ObjectMeta) -> bool {
+    meta.uid
+        .as_deref()
+        .zip(meta.resource_version.as_deref())
+        .is_some_and(|(uid, version)| writes.take_echo(uid, version))
 }
 
 /// What a [`Scope`] can watch and cache: a namespaced kind that deserialises, clones and

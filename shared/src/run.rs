@@ -112,6 +112,7 @@ impl Operator {
         }
 
         let toolkit = self.toolkit(&client, &metrics, &args.watch_namespace);
+        let status_writes = toolkit.status_writes.clone();
         let ctx = Arc::new(make_context(toolkit, image));
         let guard = Arc::new(Guard {
             controller: self.controller,
@@ -119,6 +120,7 @@ impl Operator {
             backoff: ErrorBackoff::default(),
             debounce: Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT),
             resyncs: Arc::new(Admission::new(RESYNC_QUEUED)),
+            status_writes,
             reconcile,
         });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
@@ -261,8 +263,9 @@ where
     let mut runs = Vec::new();
     let mut statuses = Vec::new();
     for namespace in args.watch_namespace.scopes() {
-        let scope =
-            Scope::new(client.clone(), namespace).with_streaming_lists(args.streaming_lists);
+        let scope = Scope::new(client.clone(), namespace)
+            .with_streaming_lists(args.streaming_lists)
+            .with_status_writes(guard.status_writes.clone());
         let controller = build(&scope, ctx);
         let status = scope.status();
         // The scope's watches pass no list on as triggers: every object is reconciled after

@@ -32,6 +32,11 @@ use crate::{
 /// see the cache is behind a write that already holds this status, and skip it. An entry
 /// lives until the cache shows a newer version of the object (anyone's write, ours
 /// included), so at rest the map is empty.
+///
+/// The `resourceVersion` each write left the object at is kept too: the watch event of
+/// exactly that version is the echo of the write, which holds nothing the reconcile that
+/// wrote it did not know, so it does not trigger another ([`StatusWrites::take_echo`]);
+/// the cache then holds the write, and the entry goes.
 #[derive(Debug)]
 pub struct StatusWrites {
     written: Mutex<Expiring<Written>>,
@@ -43,6 +48,8 @@ struct Written {
     before: String,
     /// Hash of the status written (its JSON).
     status: u64,
+    /// `resourceVersion` the write left the object at.
+    after: String,
     at: Instant,
 }
 
@@ -84,8 +91,23 @@ impl StatusWrites {
         }
     }
 
-    /// Records that `new` (hashed) was written from version `version` of `uid`.
-    pub(crate) fn wrote(&self, uid: &str, version: &str, new: u64) {
+    /// Whether version `version` of object `uid`, just cached, is the one a remembered
+    /// write left it at: the echo of that write. The write is then forgotten (the cache
+    /// holds it).
+    pub(crate) fn take_echo(&self, uid: &str, version: &str) -> bool {
+        let Ok(mut written) = self.written.lock() else {
+            return false;
+        };
+        let echo = written.get(uid).is_some_and(|w| w.after == version);
+        if echo {
+            written.remove(uid);
+        }
+        echo
+    }
+
+    /// Records that `new` (hashed) was written from version `version` of `uid`, leaving it
+    /// at version `after`.
+    pub(crate) fn wrote(&self, uid: &str, version: &str, new: u64, after: &str) {
         if let Ok(mut written) = self.written.lock() {
             let at = Instant::now();
             written.touched(at);
@@ -94,6 +116,7 @@ impl StatusWrites {
                 Written {
                     before: version.to_owned(),
                     status: new,
+                    after: after.to_owned(),
                     at,
                 },
             );
@@ -124,7 +147,8 @@ pub(crate) fn status_hash<S: Serialize>(status: &S) -> Option<u64> {
 /// Patches the status of `obj` to `new` unless it already is `new`, then publishes the
 /// events the condition transitions deserve by the one rule of
 /// [`announcements`], for the condition types listed in `announced`. Returns
-/// whether the status was written.
+/// the `resourceVersion` the write left the object at (empty if the answer had none),
+/// `None` when nothing was written.
 ///
 /// An object deleted meanwhile (`404` on the status write) has nothing left to describe:
 /// no write, no event, no error.
@@ -137,24 +161,46 @@ pub async fn publish_status<K>(
     obj: &K,
     new: &K::Status,
     announced: &[Announce],
-) -> Result<bool, Error>
+) -> Result<Option<String>, Error>
 where
     K: Resource<DynamicType = ()> + HasStatus + DeserializeOwned + Clone + std::fmt::Debug,
     K::Status: Serialize + PartialEq + HasConditions,
 {
     let old = obj.status();
-    match patch_status(api, obj, old, new).await {
-        Ok(true) => {}
-        Ok(false) => return Ok(false),
+    let written = match patch_status(api, obj, old, new).await {
+        Ok(Some(written)) => written,
+        Ok(None) => return Ok(None),
         Err(Error::Kube(kube::Error::Api(s))) if s.code == 404 => {
             tracing::debug!(object = %obj.name_any(), "gone before its status was written");
-            return Ok(false);
+            return Ok(None);
         }
         Err(e) => return Err(e),
-    }
+    };
     let old = old.map(HasConditions::conditions).unwrap_or_default();
     events
         .announce(obj, &announcements(old, new.conditions(), announced))
         .await;
-    Ok(true)
+    Ok(Some(written.resource_version().unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_echo_of_a_write_is_the_version_it_left() {
+        let writes = StatusWrites::default();
+        assert!(!writes.take_echo("u", "11"));
+        writes.wrote("u", "10", 7, "11");
+        // Not the echo: another object, or someone's later write.
+        assert!(!writes.take_echo("v", "11"));
+        assert!(!writes.take_echo("u", "12"));
+        // Until the echo comes, a reconcile on the cached version 10 sees the write.
+        assert!(writes.already_written("u", "10", || Some(7)));
+        assert!(!writes.already_written("u", "10", || Some(8)));
+        // The echo: forgotten, the cache holds it.
+        assert!(writes.take_echo("u", "11"));
+        assert!(writes.is_empty());
+        assert!(!writes.take_echo("u", "11"));
+    }
 }

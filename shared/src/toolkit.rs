@@ -145,13 +145,13 @@ impl Toolkit {
             tracing::debug!(object = %obj.name_any(), "status already written; the cache lags");
             return Ok(false);
         }
-        let wrote = publish_status(&api, &self.events, obj, new, announced).await?;
-        if wrote
+        let after = publish_status(&api, &self.events, obj, new, announced).await?;
+        if let Some(after) = &after
             && let Some((uid, version)) = seen
             && let Some(hash) = status_hash(new)
         {
-            self.status_writes.wrote(uid, version, hash);
+            self.status_writes.wrote(uid, version, hash, after);
         }
-        Ok(wrote)
+        Ok(after.is_some())
     }
 }

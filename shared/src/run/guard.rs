@@ -42,6 +42,9 @@ pub(super) struct Guard<K, Ctx, Fut> {
     /// Resync triggers queued after a full list ([`super::resync`]): claimed when their
     /// reconcile starts, which then skips the debounce (no burst of events to fold).
     pub(super) resyncs: Arc<super::Admission>,
+    /// The operator's own status writes (its toolkit's), whose echoes the scopes' primary
+    /// watches do not pass on as triggers ([`crate::Scope::with_status_writes`]).
+    pub(super) status_writes: Arc<crate::status::StatusWrites>,
     /// The operator's reconcile.
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }
