@@ -20,7 +20,6 @@ use std::{
 };
 
 use crate::expiring::{Expiring, shrink_when_sparse};
-use crate::toolkit::Progress;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -123,6 +122,33 @@ pub enum Gate {
     Run,
     /// Not yet: look again after this long (requeue the object).
     Wait(Duration),
+}
+
+/// Where an object stands when a trigger of it would be folded ([`crate::Pacing::progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Its stored status says `Ready` for its generation, or it is being deleted, or its
+    /// kind does not say: folded until its triggers have been quiet for the debounce.
+    Settled,
+    /// On its way to its spec (its status does not say `Ready` for its generation) and not
+    /// there yet: folded for the debounce's whole bound.
+    Converging,
+    /// The caches show it done while its stored status does not say so yet: reconciled
+    /// at once.
+    Completes,
+}
+
+impl Progress {
+    /// [`Progress::Completes`] when `done`, else [`Progress::Converging`]: for an object
+    /// that `awaiting_ready` says is on its way.
+    #[must_use]
+    pub fn converging_until(done: bool) -> Self {
+        if done {
+            Progress::Completes
+        } else {
+            Progress::Converging
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

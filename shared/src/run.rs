@@ -17,7 +17,8 @@ use kube::{
 mod guard;
 mod resync;
 
-pub use crate::toolkit::{Operator, Pacing, Progress, Toolkit, awaiting_ready};
+pub use crate::backoff::Progress;
+pub use crate::toolkit::{Operator, Pacing, Toolkit, awaiting_ready};
 
 use guard::{Guard, on_controller_result};
 use resync::{Admission, RESYNC_QUEUED, resyncs};

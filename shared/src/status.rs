@@ -35,7 +35,7 @@ use crate::{
 ///
 /// The `resourceVersion` each write left the object at is kept too: the watch event of
 /// exactly that version is the echo of the write, which holds nothing the reconcile that
-/// wrote it did not know, so it does not trigger another ([`StatusWrites::take_echo`]);
+/// wrote it did not know, so it does not trigger another (`take_echo`);
 /// the cache then holds the write, and the entry goes.
 #[derive(Debug)]
 pub struct StatusWrites {

@@ -7,6 +7,7 @@ use kube::{Api, Client, Resource, ResourceExt, core::object::HasStatus};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
+    backoff::Progress,
     conditions::HasConditions,
     error::Error,
     events::{Announce, Events},
@@ -33,9 +34,8 @@ pub struct Operator {
 /// one each. How long it is folded depends on where the object stands
 /// ([`Pacing::progress`]): the trigger that *completes* a change (the last pod Ready) runs
 /// at once, as a person watching `kubectl get` waits for it; one of an object still on
-/// its way there is folded for the debounce's whole bound
-/// ([`MAX_DEBOUNCE_WAIT`](crate::run::MAX_DEBOUNCE_WAIT)), so its progress is written at
-/// most that often, however far apart its pods come; any other until the object's
+/// its way there is folded for the debounce's whole bound (`MAX_DEBOUNCE_WAIT`, 5 s), so
+/// its progress is written at most that often, however far apart its pods come; any other until the object's
 /// triggers have been quiet for the debounce.
 pub trait Pacing<K> {
     /// Where `obj` stands, from the caches. Asked only for a trigger the debounce would
@@ -45,33 +45,6 @@ pub trait Pacing<K> {
     fn progress(&self, obj: &K) -> Progress {
         let _ = obj;
         Progress::Settled
-    }
-}
-
-/// Where an object stands when a trigger of it would be folded ([`Pacing::progress`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    /// Its stored status says `Ready` for its generation, or it is being deleted, or its
-    /// kind does not say: folded until its triggers have been quiet for the debounce.
-    Settled,
-    /// On its way to its spec (its status does not say `Ready` for its generation) and not
-    /// there yet: folded for the debounce's whole bound.
-    Converging,
-    /// The caches show it done while its stored status does not say so yet: reconciled
-    /// at once.
-    Completes,
-}
-
-impl Progress {
-    /// [`Progress::Completes`] when `done`, else [`Progress::Converging`]: for an object
-    /// that [`awaiting_ready`] says is on its way.
-    #[must_use]
-    pub fn converging_until(done: bool) -> Self {
-        if done {
-            Progress::Completes
-        } else {
-            Progress::Converging
-        }
     }
 }
 
