@@ -41,7 +41,10 @@ pub trait Pacing<K> {
     /// Where `obj` stands, from the caches. Asked only for a trigger the debounce would
     /// fold, so keep it to cache reads, cheapest check first. The reconcile still decides
     /// what is written: a wrong [`Progress::Completes`] costs one reconcile. The default,
-    /// [`Progress::Settled`], folds every such trigger until they are quiet.
+    /// [`Progress::Settled`], folds every such trigger until they are quiet. A reconcile
+    /// that polls something on the requeue it asks for should not answer
+    /// [`Progress::Converging`]: the runner cannot tell that requeue from a watch trigger,
+    /// and would fold it for the whole bound.
     fn progress(&self, obj: &K) -> Progress {
         let _ = obj;
         Progress::Settled
