@@ -16,7 +16,13 @@
 //! Deployment; a reconcile parses it back into the full type ([`Slim::full`]) when it needs
 //! it, which costs less than the clone it made before.
 
-use std::{borrow::Cow, collections::BTreeMap, fmt, marker::PhantomData};
+use std::{
+    borrow::Cow,
+    collections::BTreeMap,
+    fmt,
+    marker::PhantomData,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use k8s_openapi::{
     NamespaceResourceScope,
@@ -360,6 +366,11 @@ impl Resource for SlimPod {
 /// labels and annotations as [`Pairs`], and the JSON text of its `spec` and `status`.
 /// Watched and listed as `K`'s resource; [`Slim::full`] gives the object back as `K`, all
 /// of it but `managedFields`.
+///
+/// It also remembers the [`fingerprint`](crate::apply::fingerprint) of the one desired
+/// object this very version was last found to hold ([`Slim::holds`]), so a reconcile that
+/// wants the same again skips parsing and comparing the child: a version never changes,
+/// and the next one is a new `Slim` that holds nothing.
 pub struct Slim<K> {
     /// The object's metadata, without `managedFields`, labels and annotations.
     pub metadata: ObjectMeta,
@@ -367,6 +378,8 @@ pub struct Slim<K> {
     annotations: Pairs,
     spec: Option<Box<RawValue>>,
     status: Option<Box<RawValue>>,
+    /// The fingerprint of the desired object this version holds, 0 for none known.
+    holds: AtomicU64,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -381,6 +394,19 @@ impl<K> Slim<K> {
     #[must_use]
     pub fn annotations(&self) -> &Pairs {
         &self.annotations
+    }
+
+    /// Whether this version was found to hold every field of the desired object whose
+    /// [`fingerprint`](crate::apply::fingerprint) is `fingerprint` ([`Slim::found_holding`]).
+    #[must_use]
+    pub fn holds(&self, fingerprint: u64) -> bool {
+        fingerprint != 0 && self.holds.load(Ordering::Relaxed) == fingerprint
+    }
+
+    /// Records that this version holds every field of the desired object whose
+    /// fingerprint is `fingerprint` (the caller compared them, and owns the object).
+    pub fn found_holding(&self, fingerprint: u64) {
+        self.holds.store(fingerprint, Ordering::Relaxed);
     }
 }
 
@@ -408,6 +434,7 @@ impl<K> Clone for Slim<K> {
             annotations: self.annotations.clone(),
             spec: self.spec.clone(),
             status: self.status.clone(),
+            holds: AtomicU64::new(self.holds.load(Ordering::Relaxed)),
             kind: PhantomData,
         }
     }
@@ -449,6 +476,7 @@ impl<'de, K> Deserialize<'de> for Slim<K> {
             annotations,
             spec: parts.spec,
             status: parts.status,
+            holds: AtomicU64::new(0),
             kind: PhantomData,
         })
     }
@@ -751,5 +779,38 @@ mod tests {
         let full = slim.full().unwrap();
         assert_eq!(full.metadata.name.as_deref(), Some("s"));
         assert!(full.spec.is_none() && full.status.is_none());
+    }
+
+    #[test]
+    fn a_version_remembers_the_desired_object_it_holds_and_the_next_holds_nothing() {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let desired: Deployment = serde_json::from_value(deployment()).unwrap();
+        let mut other = desired.clone();
+        other.spec.as_mut().unwrap().replicas = Some(4);
+        let (want, not) = (
+            crate::apply::fingerprint(&desired).unwrap(),
+            crate::apply::fingerprint(&other).unwrap(),
+        );
+        assert_ne!(want, not);
+        assert_eq!(want, crate::apply::fingerprint(&desired.clone()).unwrap());
+
+        let cached: Slim<Deployment> = serde_json::from_value(deployment()).unwrap();
+        assert!(
+            !cached.holds(want),
+            "a version fresh from a watch holds nothing known"
+        );
+        cached.found_holding(want);
+        assert!(cached.holds(want));
+        assert!(
+            !cached.holds(not),
+            "another desired object is compared afresh"
+        );
+        assert!(!cached.holds(0));
+        assert!(cached.clone().holds(want), "a clone is the same version");
+        let next: Slim<Deployment> = serde_json::from_value(deployment()).unwrap();
+        assert!(
+            !next.holds(want),
+            "the next version, from the watch, holds nothing known"
+        );
     }
 }

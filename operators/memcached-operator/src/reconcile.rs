@@ -240,6 +240,9 @@ async fn add_finalizer(api: &Api<Memcached>, mc: Arc<Memcached>) -> Result<Arc<M
 enum Child<K> {
     /// In sync (written if needed): the object as last seen, if any.
     Written(Option<K>),
+    /// The cached version was already found to hold the same desired object, by an
+    /// earlier reconcile: nothing parsed, compared or written.
+    Holds(Arc<Slim<K>>),
     /// Cannot be written: why.
     Problem(Problem),
     /// The namespace is being deleted: nothing to do.
@@ -253,6 +256,10 @@ enum Child<K> {
 /// but with an immutable field `desired` changes (`recreate` says so), it is deleted
 /// first (only that very object: preconditions on its UID and resourceVersion) and
 /// created again.
+///
+/// A cached version found ours and in sync is marked with the desired object's
+/// fingerprint ([`Slim::holds`]): most reconciles of a converging Memcached want the same
+/// children again (its pods moved on, not its spec), and skip the parse and comparison.
 async fn write_child<K>(
     api: &Api<K>,
     manager: &str,
@@ -265,7 +272,12 @@ where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
     let name = desired.name_any();
-    let cached = cached.map(|c| c.full()).transpose()?.map(Arc::new);
+    let fingerprint = shared::apply::fingerprint(desired)?;
+    let slim = match cached {
+        Some(slim) if slim.holds(fingerprint) => return Ok(Child::Holds(slim)),
+        other => other,
+    };
+    let cached = slim.as_ref().map(|c| c.full()).transpose()?.map(Arc::new);
     let cached = match claim(api, &name, cached, owner).await? {
         Claim::Free => None,
         Claim::Ours(existing) if recreate(desired, &existing) => {
@@ -301,7 +313,12 @@ where
     };
     match shared::apply::apply(api, manager, desired, cached.as_ref()).await {
         Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
-        Ok(None) => Ok(Child::Written(cached)),
+        Ok(None) => {
+            if let Some(slim) = &slim {
+                slim.found_holding(fingerprint);
+            }
+            Ok(Child::Written(cached))
+        }
         Err(shared::Error::Kube(e)) if namespace_terminating(&e) => Ok(Child::NamespaceTerminating),
         Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
             Ok(Child::Problem(Problem::ApplyFailed(s.message)))
@@ -335,6 +352,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     .await?
     {
         Child::Written(d) => d,
+        Child::Holds(d) => Some(d.full()?),
         Child::Leftover => {
             leftover = true;
             None
@@ -358,7 +376,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     )
     .await?
     {
-        Child::Written(_) => {}
+        Child::Written(_) | Child::Holds(_) => {}
         Child::Leftover => leftover = true,
         Child::Problem(p) => {
             problem.get_or_insert(p);
