@@ -136,23 +136,6 @@ where
     Ok(Some(applied))
 }
 
-/// A fingerprint of `desired` (a hash of its JSON, never 0), to remember which desired
-/// object a cached child was found to hold ([`crate::slim::Slim::holds`]). Equal objects
-/// have equal fingerprints within one process.
-///
-/// # Errors
-/// [`Error::Serialize`] when `desired` does not serialize.
-pub fn fingerprint<K: Resource + Serialize>(desired: &K) -> Result<u64, Error> {
-    use std::hash::{Hash, Hasher};
-    let json = serde_json::to_vec(desired).map_err(|source| Error::Serialize {
-        what: format!("desired {:?}", desired.meta().name),
-        source,
-    })?;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    json.hash(&mut hasher);
-    Ok(hasher.finish().max(1))
-}
-
 /// Patches the status subresource of `obj` with `new_status`, only if it differs from
 /// `current_status`. Returns the object as the write left it, `None` when nothing was
 /// sent.

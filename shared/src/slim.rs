@@ -367,7 +367,7 @@ impl Resource for SlimPod {
 /// Watched and listed as `K`'s resource; [`Slim::full`] gives the object back as `K`, all
 /// of it but `managedFields`.
 ///
-/// It also remembers the [`fingerprint`](crate::apply::fingerprint) of the one desired
+/// It also remembers the [`fingerprint`] of the one desired
 /// object this very version was last found to hold ([`Slim::holds`]), so a reconcile that
 /// wants the same again skips parsing and comparing the child: a version never changes,
 /// and the next one is a new `Slim` that holds nothing.
@@ -397,7 +397,7 @@ impl<K> Slim<K> {
     }
 
     /// Whether this version was found to hold every field of the desired object whose
-    /// [`fingerprint`](crate::apply::fingerprint) is `fingerprint` ([`Slim::found_holding`]).
+    /// [`fingerprint`] is `fingerprint` ([`Slim::found_holding`]).
     #[must_use]
     pub fn holds(&self, fingerprint: u64) -> bool {
         fingerprint != 0 && self.holds.load(Ordering::Relaxed) == fingerprint
@@ -451,6 +451,23 @@ impl<K: Resource<DynamicType = ()>> fmt::Debug for Slim<K> {
             .field("status", &self.status.as_deref().map(RawValue::get))
             .finish()
     }
+}
+
+/// A fingerprint of `desired` (a hash of its JSON, never 0), to remember which desired
+/// object a cached child was found to hold ([`Slim::holds`]). Equal objects have equal
+/// fingerprints within one process.
+///
+/// # Errors
+/// [`crate::Error::Serialize`] when `desired` does not serialize.
+pub fn fingerprint<K: Resource + Serialize>(desired: &K) -> Result<u64, crate::Error> {
+    use std::hash::{Hash, Hasher};
+    let json = serde_json::to_vec(desired).map_err(|source| crate::Error::Serialize {
+        what: format!("desired {:?}", desired.meta().name),
+        source,
+    })?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    json.hash(&mut hasher);
+    Ok(hasher.finish().max(1))
 }
 
 /// The fields of a `Slim` on the wire: everything but `apiVersion` and `kind`.
@@ -787,12 +804,9 @@ mod tests {
         let desired: Deployment = serde_json::from_value(deployment()).unwrap();
         let mut other = desired.clone();
         other.spec.as_mut().unwrap().replicas = Some(4);
-        let (want, not) = (
-            crate::apply::fingerprint(&desired).unwrap(),
-            crate::apply::fingerprint(&other).unwrap(),
-        );
+        let (want, not) = (fingerprint(&desired).unwrap(), fingerprint(&other).unwrap());
         assert_ne!(want, not);
-        assert_eq!(want, crate::apply::fingerprint(&desired.clone()).unwrap());
+        assert_eq!(want, fingerprint(&desired.clone()).unwrap());
 
         let cached: Slim<Deployment> = serde_json::from_value(deployment()).unwrap();
         assert!(

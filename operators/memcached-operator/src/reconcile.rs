@@ -272,7 +272,7 @@ where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
     let name = desired.name_any();
-    let fingerprint = shared::apply::fingerprint(desired)?;
+    let fingerprint = shared::slim::fingerprint(desired)?;
     let slim = match cached {
         Some(slim) if slim.holds(fingerprint) => return Ok(Child::Holds(slim)),
         other => other,
