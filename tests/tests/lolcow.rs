@@ -628,7 +628,6 @@ async fn flood_slot(addr: std::net::SocketAddr, until: Instant, stats: Arc<Flood
     }
 }
 
-/// The pod's readiness and restarts: `(uid, ready, restart count)`.
 /// How many times the kubelet saw what event `e` reports: its series' count, or the count
 /// of the core event it was recorded as.
 fn times_seen(e: &Event) -> i32 {
@@ -639,6 +638,7 @@ fn times_seen(e: &Event) -> i32 {
         .unwrap_or(1)
 }
 
+/// The pod's readiness and restarts: `(uid, ready, restart count)`.
 fn pod_health(pod: &Pod) -> (String, bool, i32) {
     let status = pod.status.clone().unwrap_or_default();
     let ready = status
