@@ -131,7 +131,7 @@ pub enum Progress {
     /// kind does not say: folded until its triggers have been quiet for the debounce.
     Settled,
     /// On its way to its spec (its status does not say `Ready` for its generation) and not
-    /// there yet: folded for the debounce's whole bound.
+    /// there yet: folded for the progress interval ([`Debounce::progress_every`]).
     Converging,
     /// The caches show it done while its stored status does not say so yet: reconciled
     /// at once.
@@ -172,9 +172,10 @@ struct Deferred {
 ///   [`Progress::Completes`]: the last pod Ready) runs at once: it is the status write the
 ///   person waits for next, and it comes once per change.
 /// - A trigger of an object still on its way ([`Progress::Converging`]: created or
-///   changed, not done) is deferred until `max_wait` has passed since the first deferred
+///   changed, not done) is deferred until the progress interval
+///   ([`Debounce::progress_every`], else `max_wait`) has passed since the first deferred
 ///   trigger, however quiet they are meanwhile: its progress (pods created, some Ready) is
-///   written at most once per `max_wait`, and the trigger that completes it runs at once
+///   written at most once per interval, and the trigger that completes it runs at once
 ///   anyway. On a busy control plane an object's pods can come seconds apart, which a
 ///   quiet window alone would write one status for each.
 /// - Any other trigger (a child's event, the echo of the operator's own status write, a
@@ -188,6 +189,8 @@ struct Deferred {
 pub struct Debounce {
     quiet: Duration,
     max_wait: Duration,
+    /// How long a converging object's triggers are folded.
+    progress_every: Duration,
     deferred: Mutex<Expiring<Deferred>>,
     /// The generation each object was last reconciled at, by [`Debounce::hash`] of its key.
     reconciled: Mutex<HashMap<u64, i64>>,
@@ -202,11 +205,23 @@ impl Debounce {
         Self {
             quiet,
             max_wait,
+            progress_every: max_wait,
             // Entries whose object was deleted while deferred (and not pruned by `forget`).
             deferred: Mutex::new(Expiring::new(max_wait.saturating_mul(2))),
             reconciled: Mutex::new(HashMap::new()),
             hasher: RandomState::new(),
         }
+    }
+
+    /// Folds the triggers of an object on its way to its spec ([`Progress::Converging`])
+    /// for `every` (at least the quiet window) instead of `max_wait`: its progress is
+    /// written at most that often. What completes it, and a spec change, still run at once.
+    #[must_use]
+    pub fn progress_every(mut self, every: Duration) -> Self {
+        self.progress_every = every.max(self.quiet);
+        let longest = self.progress_every.max(self.max_wait);
+        self.deferred = Mutex::new(Expiring::new(longest.saturating_mul(2)));
+        self
     }
 
     fn hash(&self, key: &str) -> u64 {
@@ -253,19 +268,24 @@ impl Debounce {
                 },
             );
             return Gate::Wait(if converging {
-                self.max_wait
+                self.progress_every
             } else {
                 self.quiet
             });
         };
         let quiet_for = now.saturating_duration_since(d.last);
         let waited = now.saturating_duration_since(d.first);
-        if (!converging && quiet_for >= self.quiet) || waited >= self.max_wait {
+        let bound = if converging {
+            self.progress_every
+        } else {
+            self.max_wait
+        };
+        if (!converging && quiet_for >= self.quiet) || waited >= bound {
             deferred.remove(key);
             return Gate::Run;
         }
         d.last = now;
-        let left = self.max_wait.saturating_sub(waited);
+        let left = bound.saturating_sub(waited);
         Gate::Wait(if converging {
             left
         } else {
@@ -499,6 +519,21 @@ mod tests {
         let changed = |ms| Some(if ms < 3_000 { 1 } else { 2 });
         let runs = simulate_progress(&gate, &events, 12_000, changed, progress);
         assert_eq!(runs, [0, 3_000, 7_500]);
+        // With a longer progress interval, the progress in between is not written at all;
+        // a settled object's triggers still wait out the quiet window only.
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5))
+            .progress_every(Duration::from_secs(10));
+        let runs = simulate_progress(&gate, &events, 12_000, generation, progress);
+        assert_eq!(runs, [0, 7_500]);
+        let slow: Vec<u64> = (0..=12).map(|i| i * 1_500).collect();
+        let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5))
+            .progress_every(Duration::from_secs(10));
+        let runs = simulate_progress(&gate, &slow, 20_000, generation, |_| {
+            Progress::Converging
+        });
+        assert_eq!(runs, [0, 11_500]);
+        let gate = at_rest(500, Duration::from_secs(5)).progress_every(Duration::from_secs(10));
+        assert_eq!(simulate(&gate, &[0, 100], 2_000, generation), [600]);
     }
 
     #[test]

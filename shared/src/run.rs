@@ -38,6 +38,13 @@ use crate::{
 /// The longest `--reconcile-debounce` postpones an object that keeps getting triggers.
 pub const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How often the progress of an object on its way to its spec is written at most
+/// ([`Pacing::progress`] says [`Progress::Converging`]): its status catches up with its
+/// pods every 10 s while it converges, and the trigger that completes it runs at once. On
+/// a busy control plane an object's pods come, start and turn Ready many seconds apart;
+/// writing each step cost more status writes than the Go originals make.
+pub const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
 type ShutdownSignal = Shared<futures::future::BoxFuture<'static, ()>>;
 
 impl Operator {
@@ -119,7 +126,8 @@ impl Operator {
             controller: self.controller,
             metrics: metrics.clone(),
             backoff: ErrorBackoff::default(),
-            debounce: Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT),
+            debounce: Debounce::new(args.reconcile_debounce, MAX_DEBOUNCE_WAIT)
+                .progress_every(PROGRESS_INTERVAL),
             resyncs: Arc::new(Admission::new(RESYNC_QUEUED)),
             status_writes,
             reconcile,

@@ -34,9 +34,9 @@ pub struct Operator {
 /// one each. How long it is folded depends on where the object stands
 /// ([`Pacing::progress`]): the trigger that *completes* a change (the last pod Ready) runs
 /// at once, as a person watching `kubectl get` waits for it; one of an object still on
-/// its way there is folded for the debounce's whole bound (`MAX_DEBOUNCE_WAIT`, 5 s), so
-/// its progress is written at most that often, however far apart its pods come; any other until the object's
-/// triggers have been quiet for the debounce.
+/// its way there is folded for the progress interval (`PROGRESS_INTERVAL`, 10 s), so its
+/// progress is written at most that often, however far apart its pods come; any other
+/// until the object's triggers have been quiet for the debounce.
 pub trait Pacing<K> {
     /// Where `obj` stands, from the caches. Asked only for a trigger the debounce would
     /// fold, so keep it to cache reads, cheapest check first. The reconcile still decides
@@ -44,7 +44,7 @@ pub trait Pacing<K> {
     /// [`Progress::Settled`], folds every such trigger until they are quiet. A reconcile
     /// that polls something on the requeue it asks for should not answer
     /// [`Progress::Converging`]: the runner cannot tell that requeue from a watch trigger,
-    /// and would fold it for the whole bound.
+    /// and would fold it for the whole progress interval.
     fn progress(&self, obj: &K) -> Progress {
         let _ = obj;
         Progress::Settled
