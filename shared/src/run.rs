@@ -40,10 +40,11 @@ pub const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_sec
 
 /// How often the progress of an object on its way to its spec is written at most
 /// ([`Pacing::progress`] says [`Progress::Converging`]): its status catches up with its
-/// pods every 10 s while it converges, and the trigger that completes it runs at once. On
-/// a busy control plane an object's pods come, start and turn Ready many seconds apart;
-/// writing each step cost more status writes than the Go originals make.
-pub const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// pods every 15 s while it converges (a HorizontalPodAutoscaler's sync period), and the
+/// trigger that completes it runs at once. On a busy control plane an object's pods come,
+/// start and turn Ready many seconds apart; writing each step cost more status writes
+/// than the Go originals make.
+pub const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 type ShutdownSignal = Shared<futures::future::BoxFuture<'static, ()>>;
 

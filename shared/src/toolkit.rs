@@ -34,7 +34,7 @@ pub struct Operator {
 /// one each. How long it is folded depends on where the object stands
 /// ([`Pacing::progress`]): the trigger that *completes* a change (the last pod Ready) runs
 /// at once, as a person watching `kubectl get` waits for it; one of an object still on
-/// its way there is folded for the progress interval (`PROGRESS_INTERVAL`, 10 s), so its
+/// its way there is folded for the progress interval (`PROGRESS_INTERVAL`, 15 s), so its
 /// progress is written at most that often, however far apart its pods come; any other
 /// until the object's triggers have been quiet for the debounce.
 pub trait Pacing<K> {
