@@ -87,9 +87,9 @@ impl shared::Pacing<PulsarConsumer> for Context {
     /// replicas it asks for, while the status does not say `Ready` for this generation.
     /// (The reconcile may then still scale it: that costs one reconcile, not a wrong
     /// status.) Never `Converging`: with autoscaling, the reconcile also reads the backlog
-    /// on the timer it asks for (its requeue), and a trigger folded for the debounce's
-    /// whole bound would stretch that poll from seconds to more than the scale-down
-    /// window, so a drained backlog would be reported only with the scale to zero.
+    /// on the timer it asks for (its requeue), and a trigger folded for the progress
+    /// interval would stretch that poll from seconds to more than the scale-down window,
+    /// so a drained backlog would be reported only with the scale to zero.
     fn progress(&self, pc: &PulsarConsumer) -> shared::Progress {
         let Some(ns) = shared::run::awaiting_ready(pc) else {
             return shared::Progress::Settled;
