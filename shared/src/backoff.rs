@@ -528,9 +528,7 @@ mod tests {
         let slow: Vec<u64> = (0..=12).map(|i| i * 1_500).collect();
         let gate = Debounce::new(Duration::from_millis(500), Duration::from_secs(5))
             .progress_every(Duration::from_secs(10));
-        let runs = simulate_progress(&gate, &slow, 20_000, generation, |_| {
-            Progress::Converging
-        });
+        let runs = simulate_progress(&gate, &slow, 20_000, generation, |_| Progress::Converging);
         assert_eq!(runs, [0, 11_500]);
         let gate = at_rest(500, Duration::from_secs(5)).progress_every(Duration::from_secs(10));
         assert_eq!(simulate(&gate, &[0, 100], 2_000, generation), [600]);
