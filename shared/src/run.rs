@@ -35,7 +35,8 @@ use crate::{
     rate_limit::ClientRateLimit,
 };
 
-/// The longest `--reconcile-debounce` postpones an object that keeps getting triggers.
+/// The longest `--reconcile-debounce` postpones a settled object that keeps getting
+/// triggers (one on its way to its spec: [`PROGRESS_INTERVAL`]).
 pub const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How often the progress of an object on its way to its spec is written at most
