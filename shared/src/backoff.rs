@@ -131,8 +131,7 @@ pub enum Progress {
     /// kind does not say: folded until its triggers have been quiet for the debounce.
     Settled,
     /// On its way to its spec (its status does not say `Ready` for its generation) and not
-    /// there yet: folded for the progress interval ([`Debounce::progress_every`]; the
-    /// runner's is 15 s).
+    /// there yet: folded for the runner's progress interval (15 s).
     Converging,
     /// The caches show it done while its stored status does not say so yet: reconciled
     /// at once.
