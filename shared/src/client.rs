@@ -1,6 +1,13 @@
-//! The operator's kube client: client-go's flow control, and every request counted.
+//! The operator's kube client: HTTP/2 to the API server, client-go's flow control, and
+//! every request counted.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::BodyExt as _;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{ClientBuilder, ConfigExt as _, DynBody};
+use tower::{BoxError, ServiceBuilder, ServiceExt as _, util::BoxService};
 
 use crate::{
     metrics::Metrics,
@@ -11,15 +18,31 @@ use crate::{
 /// `Client` buffers 1,024 too).
 const CLIENT_BUFFER: usize = 1024;
 
+/// How long an HTTP/2 connection may go without a frame from the API server before it is
+/// pinged, and how long the answer may take before the connection counts as dead and every
+/// request on it fails (and is made again on a new one): client-go's `ReadIdleTimeout`
+/// and `PingTimeout`.
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The service stack kube's own builder makes: one type for both transports.
+type Transport =
+    BoxService<http::Request<kube::client::Body>, http::Response<Box<DynBody>>, BoxError>;
+
 /// A kube client for `config` with client-go's flow control, whose every request is
 /// counted in `rest_client_requests_total{code,method,host}` (`code` is `<error>` when no
 /// response came, as client-go reports it).
+///
+/// The transport offers HTTP/2 to an HTTPS API server (ALPN, as client-go does; see
+/// [`multiplexed`]), so the watches and the writes share one connection; HTTP/1.1 where the
+/// server only speaks that, and kube's own transport through a proxy or with an `exec`
+/// credential plugin.
 ///
 /// The layers, outermost first: [`RetryThrottled`] sends a request again after a 429 (or
 /// a 503 with `Retry-After`); [`RateLimit`](crate::rate_limit::RateLimit) makes each
 /// attempt wait for a token of a [`TokenBucket`] of its own for this client (`limit`:
 /// `--kube-api-qps`, `--kube-api-burst`); the metrics layer counts each attempt; a buffer
-/// makes kube's service stack cloneable, as retries need.
+/// makes the service stack cloneable, as retries need.
 ///
 /// Not kube's own retry (`Config::default_retry`): it sits below every layer added here,
 /// so a retried attempt would neither wait for a token nor be counted, and it also retries
@@ -41,12 +64,117 @@ pub(crate) fn client(
         .map(ToString::to_string)
         .unwrap_or_default();
     config.default_retry = false;
-    Ok(kube::client::ClientBuilder::try_from(config)?
+    // kube's builder knows what a proxy needs, and when a client certificate from an
+    // `exec` plugin expires (it marks the client with it); neither is in reach here.
+    let transport = if config.proxy_url.is_some() || config.auth_info.exec.is_some() {
+        ClientBuilder::try_from(config)?
+    } else {
+        multiplexed(&config)?
+    };
+    Ok(transport
         .with_layer(&tower::buffer::BufferLayer::new(CLIENT_BUFFER))
         .with_layer(&metrics.rest_client_layer(Arc::from(host)))
         .with_layer(&RateLimitLayer::new(TokenBucket::new(limit)))
         .with_layer(&tower::retry::RetryLayer::new(RetryThrottled::default()))
         .build())
+}
+
+/// kube's transport (TLS from `config`, its timeouts, base URI, credentials and extra
+/// headers) with HTTP/2 offered next to HTTP/1.1.
+///
+/// kube 5 speaks HTTP/1.1 only (kube-rs issue 1923: its exec and port-forward upgrades
+/// need it; no operator here uses them). Over HTTP/1.1 every open watch holds a TLS
+/// connection of its own and a request needs an idle one; the API server closes a
+/// connection idle for 90 s, so after a quiet spell the first write pays a new TLS
+/// handshake. Over HTTP/2 the watches and the requests share one connection that the
+/// watches keep open, and a ping every [`PING_INTERVAL`] without traffic finds a dead one
+/// (every stream on it fails and the watches start again on a new one).
+fn multiplexed(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::Error> {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    // HTTP/2 writes a request's HEADERS and DATA frames apart: with Nagle's algorithm the
+    // second waits for the server's delayed ACK of the first (40 ms on Linux). Go's
+    // net.Dial sets TCP_NODELAY too.
+    http.set_nodelay(true);
+    let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls_pki_types::ServerName::try_from(name.clone()).map_err(|e| {
+            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+        })?;
+        tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let mut connector = hyper_timeout::TimeoutConnector::new(
+        tls.enable_http1().enable_http2().wrap_connector(http),
+    );
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        // The pool would drop its handle of the HTTP/2 connection when no request has
+        // been made on it for 90 s (its default), though the watches keep it busy, and the
+        // next write would open another. Connections a server closes leave the pool anyway.
+        .pool_idle_timeout(None)
+        .http2_keep_alive_interval(PING_INTERVAL)
+        .http2_keep_alive_timeout(PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .build(connector);
+    // Every request in a `DEBUG` span `HTTP` (`http.method`, `http.url`,
+    // `http.status_code`) with one `requesting` event in it, as kube's own transport logs
+    // them: `RUST_LOG` with `shared::client=debug` gives one log line per request (the
+    // tests and the bench count an operator's requests from them; xtask's `requests`).
+    let request_log = tower_http::trace::TraceLayer::new_for_http()
+        .make_span_with(|request: &http::Request<kube::client::Body>| {
+            tracing::debug_span!(
+                "HTTP",
+                http.method = %request.method(),
+                http.url = %request.uri(),
+                http.status_code = tracing::field::Empty,
+            )
+        })
+        .on_request(|_: &http::Request<kube::client::Body>, _: &tracing::Span| {
+            tracing::debug!("requesting");
+        })
+        .on_response(
+            |response: &http::Response<hyper::body::Incoming>,
+             _: Duration,
+             span: &tracing::Span| {
+                span.record("http.status_code", response.status().as_u16());
+            },
+        )
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(
+            |failure: tower_http::classify::ServerErrorsFailureClass,
+             _: Duration,
+             _: &tracing::Span| {
+                tracing::debug!(%failure, "no answer, or a server error");
+            },
+        );
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(request_log)
+        .service(hyper.map_err(BoxError::from))
+        .map_err(Into::into)
+        .map_response(boxed_body);
+    Ok(ClientBuilder::new(
+        BoxService::new(service),
+        config.default_namespace.clone(),
+    ))
+}
+
+/// An answer with its body boxed, as kube's stack returns it.
+fn boxed_body<B>(response: http::Response<B>) -> http::Response<Box<DynBody>>
+where
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    response.map(|body| Box::new(body.map_err(Into::into)) as Box<DynBody>)
 }
 
 #[cfg(test)]
@@ -56,6 +184,101 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
+
+    /// Over HTTPS the client offers HTTP/2 (ALPN) as client-go does: a watch that stays
+    /// open and the requests made while it runs share one connection.
+    #[cfg(feature = "secure-metrics")]
+    #[tokio::test]
+    async fn over_https_a_watch_and_the_requests_beside_it_share_one_http2_connection() {
+        use std::sync::Mutex;
+
+        use futures::StreamExt as _;
+        use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+        use hyper::body::{Bytes, Frame};
+        use hyper_util::rt::TokioIo;
+        use k8s_openapi::api::core::v1::ConfigMap;
+
+        type Answer = BoxBody<Bytes, std::convert::Infallible>;
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::Pkcs8(signing_key.serialize_der().into());
+        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .unwrap();
+        // An API server that speaks HTTP/2 only: a client that did not offer it fails.
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(Mutex::new(Vec::<(http::Version, String)>::new()));
+        let (accepted, requests) = (connections.clone(), seen.clone());
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let (acceptor, requests) = (acceptor.clone(), requests.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let answer = hyper::service::service_fn(move |request: http::Request<_>| {
+                        let query = request.uri().query().unwrap_or_default().to_owned();
+                        requests
+                            .lock()
+                            .unwrap()
+                            .push((request.version(), query.clone()));
+                        let body: Answer = if query.contains("watch=true") {
+                            let event = r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"default","resourceVersion":"1"}}}
+"#;
+                            let first =
+                                futures::stream::iter([Ok(Frame::data(Bytes::from(event)))]);
+                            BodyExt::boxed(StreamBody::new(first.chain(futures::stream::pending())))
+                        } else {
+                            let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"default"}}"#;
+                            Full::new(Bytes::from(cm)).boxed()
+                        };
+                        let response = http::Response::builder()
+                            .header("content-type", "application/json")
+                            .body(body);
+                        async move { response }
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), answer)
+                        .await;
+                });
+            }
+        });
+
+        let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
+        config.root_cert = Some(vec![cert.der().to_vec()]);
+        let client = client(config, &Metrics::new(), ClientRateLimit::default()).unwrap();
+        let api = kube::Api::<ConfigMap>::namespaced(client, "default");
+        let mut watch = api
+            .watch(&kube::api::WatchParams::default(), "0")
+            .await
+            .unwrap()
+            .boxed();
+        assert!(matches!(
+            watch.next().await,
+            Some(Ok(kube::api::WatchEvent::Added(_)))
+        ));
+        for _ in 0..2 {
+            api.get("x").await.unwrap();
+        }
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(
+            seen.iter().all(|(v, _)| *v == http::Version::HTTP_2),
+            "{seen:?}"
+        );
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+        drop(watch);
+    }
 
     /// The whole client stack against a local HTTP server: a 429 is answered again after
     /// its `Retry-After`, the caller gets the second answer, and both attempts are counted

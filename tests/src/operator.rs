@@ -209,6 +209,59 @@ impl OperatorProcess {
     pub fn is_running(&mut self) -> bool {
         self.process.exited().is_none()
     }
+
+    /// The TCP connections it holds open to the API server, from `/proc`: its sockets
+    /// (`/proc/<pid>/fd`) that `/proc/<pid>/net/tcp{,6}` lists as established to the
+    /// port of the server in the tests' kubeconfig.
+    pub fn api_server_connections(&self) -> Result<usize> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(crate::kubeconfig_path()?)?;
+        let server = kubeconfig
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+            .context("the tests' kubeconfig names no server")?;
+        let port: u16 = server
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .with_context(|| format!("no port in the server's URL {server}"))?;
+        connections_to(self.pid(), port)
+    }
+}
+
+/// The established TCP connections of process `pid` to remote port `port`.
+pub fn connections_to(pid: u32, port: u16) -> Result<usize> {
+    let mut sockets = std::collections::HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let target = std::fs::read_link(fd?.path()).unwrap_or_default();
+        if let Some(inode) = target
+            .to_string_lossy()
+            .strip_prefix("socket:[")
+            .and_then(|rest| rest.strip_suffix(']'))
+        {
+            sockets.insert(inode.to_owned());
+        }
+    }
+    let remote_port = format!(":{port:04X}");
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))?;
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) =
+                (fields.get(2), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if remote.ends_with(&remote_port) && *state == "01" && sockets.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
 }
 
 /// Sets the annotation `e2e/touch` of the object `name` to `value` (its metadata, not its

@@ -59,11 +59,14 @@ async fn pod_versions(ns: &TestNamespace, owner: &PodSet) -> Result<BTreeMap<Str
 #[tokio::test]
 async fn podset_converges_scales_and_repairs() -> Result<()> {
     let ns = TestNamespace::restricted("podset").await?;
-    let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
+    let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
 
     // Create converges to Ready, with the original operator's manifest.
     create(&ns, podset("demo", 3)).await?;
     let ps = wait_ready(&ns, "demo", 3).await?;
+    // Its watches and its writes share one HTTP/2 connection to the API server (over
+    // HTTP/1.1 each watch would hold a connection of its own).
+    assert_eq!(op.api_server_connections()?, 1);
     let status = ps.status.clone().unwrap_or_default();
     let mut sorted = status.pod_names.clone();
     sorted.sort();
