@@ -160,7 +160,6 @@ fn multiplexed(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::
         .layer(config.extra_headers_layer()?)
         .layer(request_log)
         .service(hyper.map_err(BoxError::from))
-        .map_err(Into::into)
         .map_response(boxed_body);
     Ok(ClientBuilder::new(
         BoxService::new(service),

@@ -214,25 +214,24 @@ impl OperatorProcess {
     /// (`/proc/<pid>/fd`) that `/proc/<pid>/net/tcp{,6}` lists as established to the
     /// port of the server in the tests' kubeconfig.
     pub fn api_server_connections(&self) -> Result<usize> {
-        let kubeconfig = kube::config::Kubeconfig::read_from(crate::kubeconfig_path()?)?;
-        let server = kubeconfig
-            .clusters
-            .first()
-            .and_then(|c| c.cluster.as_ref())
-            .and_then(|c| c.server.clone())
-            .context("the tests' kubeconfig names no server")?;
-        let port: u16 = server
-            .trim_end_matches('/')
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .with_context(|| format!("no port in the server's URL {server}"))?;
-        connections_to(self.pid(), port)
+        connections_to(self.pid(), server_port(&crate::kubeconfig_path()?)?)
     }
 }
 
+/// The port of the cluster's server URL in a kubeconfig.
+pub fn server_port(kubeconfig: &std::path::Path) -> Result<u16> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    config
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref()?.server.as_deref())
+        .and_then(|url| url.rsplit_once(':'))
+        .and_then(|(_, port)| port.trim_end_matches('/').parse().ok())
+        .with_context(|| format!("no server port in {}", kubeconfig.display()))
+}
+
 /// The established TCP connections of process `pid` to remote port `port`.
-pub fn connections_to(pid: u32, port: u16) -> Result<usize> {
+fn connections_to(pid: u32, port: u16) -> Result<usize> {
     let mut sockets = std::collections::HashSet::new();
     for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
         let target = std::fs::read_link(fd?.path()).unwrap_or_default();

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use e2e::kinds::{podset, wait_podset_replicas_ready};
 use e2e::operator::{
-    OperatorOptions, OperatorProcess, install, metric_sum, service_account_kubeconfig,
+    OperatorOptions, OperatorProcess, install, metric_sum, server_port, service_account_kubeconfig,
 };
 use e2e::proxy::TcpProxy;
 use e2e::rbac::apply_leader_for_life_rbac;
@@ -265,18 +265,6 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_starts() 
     wait_podset_replicas_ready(&ns, "cut", 2, Duration::from_secs(30)).await?;
     leases.delete(&lease_name, &DeleteParams::default()).await?;
     Ok(())
-}
-
-/// The port of the cluster's server URL in a kubeconfig.
-fn server_port(kubeconfig: &Path) -> Result<u16> {
-    let config = Kubeconfig::read_from(kubeconfig)?;
-    config
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref()?.server.as_deref())
-        .and_then(|url| url.rsplit_once(':'))
-        .and_then(|(_, port)| port.trim_end_matches('/').parse().ok())
-        .with_context(|| format!("no server port in {}", kubeconfig.display()))
 }
 
 /// A copy of `kubeconfig` whose server is `https://127.0.0.1:<port>`.
