@@ -245,6 +245,9 @@ fn git_origin() -> Option<String> {
 /// path.
 pub fn build_binary(name: &str) -> Result<PathBuf> {
     let triple = Platform::host()?.triple();
+    // The workspace's own build needs (protoc), for `deploy` and `bench` on a fresh machine
+    // as much as for `test` and `demo`.
+    crate::deps::ensure_debian(&crate::deps::BUILD)?;
     println!("image: building {name} (release, static, {triple})");
     // With an explicit --target, RUSTFLAGS reach only the target's code, not
     // build scripts or proc-macros (which must stay dynamic).
@@ -270,6 +273,7 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
 pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
     let triple = platform.triple();
     let (linker, packages) = platform.cross_toolchain();
+    crate::deps::ensure_debian(&crate::deps::BUILD)?;
     crate::deps::ensure_debian(&packages)?;
     ensure_rust_target(triple)?;
     println!("image: building {name} (release, static, {triple}, with {linker})");

@@ -68,9 +68,16 @@ pub fn write(config: &Kubeconfig, path: &Path) -> Result<()> {
 /// # Errors
 /// When the file cannot be read or names no usable context.
 pub async fn client_from(path: &Path) -> Result<Client> {
+    Ok(Client::try_from(config_from(path).await?)?)
+}
+
+/// The client configuration of the kubeconfig at `path` (its current context).
+///
+/// # Errors
+/// When the file cannot be read or names no usable cluster.
+pub async fn config_from(path: &Path) -> Result<kube::Config> {
     let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
+    Ok(kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
 }
 
 #[cfg(test)]

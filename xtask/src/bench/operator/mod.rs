@@ -164,10 +164,9 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
         let client = xtask::kubeconfig::client_from(&kubeconfig).await?;
         // Through the counting proxy, as the Go original: the same hop, the same count,
         // and no request log to write. The proxy sends on with the ServiceAccount's token.
-        let as_operator = xtask::kubeconfig::client_from(&sa_kubeconfig).await?;
         let launcher = Launcher::Rust {
             binary,
-            proxy: counting_proxy(as_operator, &proxy_kubeconfig).await?,
+            proxy: counting_proxy(&sa_kubeconfig, &proxy_kubeconfig).await?,
             kubeconfig: proxy_kubeconfig.clone(),
         };
         run::bench(args, &launcher, StatusShape::Conditions, &client).await
@@ -209,7 +208,7 @@ fn bench_go(
         let launcher = Launcher::Go {
             binary,
             controller,
-            proxy: counting_proxy(client.clone(), &proxy_kubeconfig).await?,
+            proxy: counting_proxy(&kubeconfig, &proxy_kubeconfig).await?,
             kubeconfig: proxy_kubeconfig.clone(),
         };
         run::bench(args, &launcher, shape, &client).await
@@ -238,13 +237,13 @@ fn admin_kubectl(kubeconfig: &Path) -> Kubectl {
     Kubectl::new(cluster::build::kubectl_or_path()).with_kubeconfig(kubeconfig)
 }
 
-/// A counting proxy sending on through `client`, and at `kubeconfig` the kubeconfig that
-/// points at it.
+/// A counting proxy sending on with the credentials of `upstream` (a kubeconfig), and at
+/// `kubeconfig` the kubeconfig that points at it.
 async fn counting_proxy(
-    client: kube::Client,
+    upstream: &Path,
     kubeconfig: &Path,
 ) -> Result<std::sync::Arc<proxy::CountingProxy>> {
-    let proxy = proxy::CountingProxy::start(client).await?;
+    let proxy = proxy::CountingProxy::start(upstream).await?;
     proxy.write_kubeconfig(kubeconfig)?;
     Ok(std::sync::Arc::new(proxy))
 }
