@@ -372,7 +372,7 @@ pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
          --go-ref` (the Rust operator's static release binary, then the seed's Go original on \
          controller-runtime, each in a fresh namespace on the simulated nodes (or the same number of fresh ones with \
          `--namespaces K`), the same objects and phases). Both talk to the API server through the bench's counting proxy (loopback \
-         HTTP/1.1), which counts their requests.\n"
+         HTTP/1.1 in, one HTTP/2 connection on to the API server), which counts their requests.\n"
     );
     if columns.is_empty() {
         let _ = writeln!(md, "No pair recorded yet.");

@@ -220,7 +220,8 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
         ),
     };
     let request_counting =
-        "the bench's counting proxy between the operator and the API server (loopback HTTP/1.1)"
+        "the bench's counting proxy between the operator and the API server (loopback HTTP/1.1 in, \
+         one HTTP/2 connection out)"
             .to_owned();
     RunRecord {
         benchmark: "operator".to_owned(),
