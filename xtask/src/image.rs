@@ -273,8 +273,8 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
 pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
     let triple = platform.triple();
     let (linker, packages) = platform.cross_toolchain();
-    crate::deps::ensure_debian(&crate::deps::BUILD)?;
-    crate::deps::ensure_debian(&packages)?;
+    // The workspace's build needs and the cross toolchain, in one `apt-get install`.
+    crate::deps::ensure_debian(&[crate::deps::BUILD.as_slice(), &packages].concat())?;
     ensure_rust_target(triple)?;
     println!("image: building {name} (release, static, {triple}, with {linker})");
     let upper = triple.to_uppercase().replace('-', "_");
