@@ -377,24 +377,21 @@ impl Scope {
         self.reflect_with(wc, trim, |_| {})
     }
 
-    /// Like [`Scope::reflect`], into `stores`: registers this scope's store there and keeps
-    /// the index of [`ScopedStores::indexed`] in step with it, event by event.
+    /// Like [`Scope::reflect_trimmed`], into `stores`: registers this scope's store there and
+    /// keeps the index of [`ScopedStores::indexed`] in step with it, event by event.
     pub fn reflect_into<K>(
         &self,
         wc: watcher::Config,
         stores: &Arc<ScopedStores<K>>,
+        trim: fn(&mut K),
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
     where
         K: Watched,
     {
         let (index, scope) = (Arc::clone(stores), self.namespace.clone());
-        let (store, stream) = self.reflect_with(
-            wc,
-            |_| {},
-            move |event| {
-                index.apply(&scope, event);
-            },
-        );
+        let (store, stream) = self.reflect_with(wc, trim, move |event| {
+            index.apply(&scope, event);
+        });
         stores.insert(self, store);
         stream
     }

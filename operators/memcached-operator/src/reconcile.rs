@@ -155,10 +155,12 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     ctx.deployments.insert(scope, deployments);
     let (services, service_events) = scope.reflect::<Slim<Service>>(ours);
     ctx.services.insert(scope, services);
-    // Only the pods' metadata, phase and conditions are read (`status.nodes`, readiness).
+    // Only the pods' names, controllers, phase and readiness are read (`status.nodes`,
+    // readiness), and only those are cached.
     let pod_events = scope.reflect_into::<SlimPod>(
         watcher::Config::default().labels(&desired::all_pods_selector()),
         &ctx.pods,
+        desired::trim_pod,
     );
     let controller = scope
         .controller::<Memcached>(watcher::Config::default())
