@@ -22,8 +22,10 @@ use serde::de::DeserializeOwned;
 
 use crate::status::StatusWrites;
 
+mod index;
 mod stores;
 mod streaming;
+pub use index::ScopedIndex;
 pub use stores::ScopedStores;
 pub use streaming::StreamingLists;
 
@@ -357,54 +359,56 @@ impl Scope {
     where
         K: Watched,
     {
-        self.reflect_trimmed(wc, |_| {})
+        let (store, writer) = reflector::store::<K>();
+        (store, self.reflect_with(wc, Some(writer), |_| {}))
     }
 
-    /// Like [`Scope::reflect`], and `trim` runs on every object before it is cached (and
-    /// handed on): it drops what the operator never reads, which keeps the cache small when
-    /// it holds thousands of objects (for pods, see [`crate::slim::SlimPod`]).
-    pub fn reflect_trimmed<K>(
-        &self,
-        wc: watcher::Config,
-        trim: fn(&mut K),
-    ) -> (
-        Store<K>,
-        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-    )
-    where
-        K: Watched,
-    {
-        self.reflect_with(wc, trim, |_| {})
-    }
-
-    /// Like [`Scope::reflect_trimmed`], into `stores`: registers this scope's store there and
+    /// Like [`Scope::reflect`], into `stores`: registers this scope's store there and
     /// keeps the index of [`ScopedStores::indexed`] in step with it, event by event.
     pub fn reflect_into<K>(
         &self,
         wc: watcher::Config,
         stores: &Arc<ScopedStores<K>>,
-        trim: fn(&mut K),
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
     where
         K: Watched,
     {
         let (index, scope) = (Arc::clone(stores), self.namespace.clone());
-        let (store, stream) = self.reflect_with(wc, trim, move |event| {
+        let (store, writer) = reflector::store::<K>();
+        let stream = self.reflect_with(wc, Some(writer), move |event| {
             index.apply(&scope, event);
         });
         stores.insert(self, store);
         stream
     }
 
+    /// Watches `K` in this scope into `index` alone, with no store: the index keeps what it
+    /// keeps of each object ([`ScopedIndex::new`]) and the objects themselves are only
+    /// handed on, as by [`Scope::reflect`]. For a kind of which a reconcile reads a few
+    /// facts of many objects (the pods of its Deployment).
+    pub fn reflect_index<K, V>(
+        &self,
+        wc: watcher::Config,
+        index: &Arc<ScopedIndex<K, V>>,
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+    where
+        K: Watched,
+        V: Clone + Send + Sync + 'static,
+    {
+        let (index, scope) = (Arc::clone(index), self.namespace.clone());
+        self.reflect_with(wc, None, move |event| {
+            index.apply(&scope, event);
+        })
+    }
+
+    /// The watch of `K` in this scope: its events applied to `writer`'s store (if any),
+    /// then passed to `on_event`, and the changed objects handed on.
     fn reflect_with<K>(
         &self,
         wc: watcher::Config,
-        trim: fn(&mut K),
+        writer: Option<reflector::store::Writer<K>>,
         on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
-    ) -> (
-        Store<K>,
-        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-    )
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
     where
         K: Watched,
     {
@@ -419,7 +423,6 @@ impl Scope {
             watcher(api, wc)
         })
         .flatten();
-        let (reader, writer) = reflector::store::<K>();
         // Synced = the watcher's first full list is in the store. It is read off the event
         // stream rather than from `Store::wait_until_ready`: that future supports one waiter
         // at a time, and the `Controller` already waits on the primary store's readiness.
@@ -436,17 +439,15 @@ impl Scope {
         let status = self.status.clone();
         let lists = self.lists.clone();
         let namespace = self.namespace.clone();
-        let stream = reflector::reflector(
-            writer,
-            events
-                .default_backoff()
-                .modify(move |obj: &mut K| {
-                    obj.managed_fields_mut().clear();
-                    trim(obj);
-                }),
-        )
+        let events = events.default_backoff().modify(|obj: &mut K| {
+            obj.managed_fields_mut().clear();
+        });
+        let events = match writer {
+            Some(writer) => reflector::reflector(writer, events).left_stream(),
+            None => events.right_stream(),
+        };
         // After the reflector: by then the store holds the whole first list.
-        .inspect(move |event| {
+        events.inspect(move |event| {
             if let Ok(event) = event {
                 on_event(event);
             }
@@ -490,8 +491,7 @@ impl Scope {
                 Err(error) => Some(Err(error)),
             })
         })
-        .boxed();
-        (reader, stream)
+        .boxed()
     }
 
     /// A `Controller` for the primary kind `K` in this scope, with managedFields dropped

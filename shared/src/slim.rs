@@ -113,16 +113,6 @@ impl Pairs {
         self.0.is_empty()
     }
 
-    /// Keeps only the pairs whose key `keep` accepts (a cache that reads two labels of
-    /// five need not hold the other three).
-    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
-        if self.iter().all(|(k, _)| keep(k)) {
-            return;
-        }
-        let pairs = std::mem::take(&mut self.0).into_vec();
-        self.0 = pairs.into_iter().filter(|(k, _)| keep(k)).collect();
-    }
-
     /// The pairs as `ObjectMeta` holds them (`None` when there are none, as the API server
     /// leaves the field out).
     #[must_use]
@@ -706,18 +696,6 @@ mod tests {
         assert_eq!(none.to_map(), None);
         assert_eq!(Pairs::from(None), none);
         assert!(serde_json::from_str::<Pairs>(r#"{"a": 1}"#).is_err());
-    }
-
-    #[test]
-    fn pairs_keep_only_the_keys_asked_for_in_order() {
-        let mut pairs: Pairs = serde_json::from_str(r#"{"c": "3", "a": "1", "b": "2"}"#).unwrap();
-        pairs.retain(|k| k != "b");
-        assert_eq!(pairs.iter().collect::<Vec<_>>(), [("a", "1"), ("c", "3")]);
-        assert_eq!(pairs.get("c"), Some("3"), "still found by key");
-        pairs.retain(|_| true);
-        assert_eq!(pairs.len(), 2);
-        pairs.retain(|_| false);
-        assert!(pairs.is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ use shared_testing::{pod_status, stored};
 use crate::{
     api::{Memcached, MemcachedSpec},
     desired::desired_deployment,
+    status::{NamedPod, PodState},
 };
 
 /// A Memcached `cache` in namespace `ns`, generation 2.
@@ -47,8 +48,17 @@ pub(crate) fn owner() -> OwnerReference {
     }
 }
 
-/// A running memcached pod of the Deployment `cache`.
-pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> SlimPod {
+/// A memcached pod of the Deployment `cache` as the status reads it.
+pub(crate) fn pod(name: &str, ready: bool, terminating: bool) -> NamedPod {
+    let state = PodState {
+        current: !terminating,
+        ready,
+    };
+    (name.to_owned(), state)
+}
+
+/// A running memcached pod of the Deployment `cache`, as its watch delivers it.
+pub(crate) fn slim_pod(name: &str, ready: bool, terminating: bool) -> SlimPod {
     Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),

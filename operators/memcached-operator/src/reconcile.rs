@@ -26,7 +26,7 @@ use shared::{
     apply::{namespace_terminating, owner_reference},
     conditions,
     events::Announce,
-    namespaces::ScopedStores,
+    namespaces::{ScopedIndex, ScopedStores},
     ownership::{Claim, LEFTOVER_RECHECK, claim},
     slim::{Slim, SlimPod},
 };
@@ -36,7 +36,7 @@ use crate::{
     api::{DEFAULT_IMAGE, Memcached},
     desired::{self, INSTANCE_LABEL},
     release,
-    status::{self, Problem},
+    status::{self, NamedPod, PodState, Problem},
 };
 
 /// Why a reconcile failed.
@@ -82,9 +82,9 @@ pub struct Context {
     pub deployments: ScopedStores<Slim<Deployment>>,
     /// The operator's Services, one cache per watched scope (compact: [`Slim`]).
     pub services: ScopedStores<Slim<Service>>,
-    /// The memcached pods, one cache per watched scope (only what reconciles read:
-    /// [`SlimPod`]).
-    pub pods: Arc<ScopedStores<SlimPod>>,
+    /// The memcached pods of each Memcached's Deployment, one index per watched scope:
+    /// names and [`PodState`]s by Memcached, not the pods themselves.
+    pub pods: Arc<ScopedIndex<SlimPod, PodState>>,
     /// The memcached image (`MEMCACHED_IMAGE`, else [`DEFAULT_IMAGE`]).
     pub image: String,
 }
@@ -97,11 +97,9 @@ impl Context {
             toolkit,
             deployments: ScopedStores::default(),
             services: ScopedStores::default(),
-            // Indexed by the Memcached's name (`app.kubernetes.io/instance`): a reconcile
-            // reads its own pods only.
-            pods: Arc::new(ScopedStores::indexed(|p: &SlimPod| {
-                p.labels().get(INSTANCE_LABEL).map(str::to_owned)
-            })),
+            // By the Memcached's name (`app.kubernetes.io/instance`): a reconcile reads its
+            // own pods only.
+            pods: Arc::new(ScopedIndex::new(status::cached_pod)),
             image: image
                 .map(|i| i.trim().to_owned())
                 .filter(|i| !i.is_empty())
@@ -111,11 +109,9 @@ impl Context {
 }
 
 impl Context {
-    /// The cached pods of the Memcached `name` in `ns` (its Deployment's, by label).
-    fn pods_of(&self, ns: &str, name: &str) -> Vec<Arc<SlimPod>> {
-        let mut pods = self.pods.by_key(ns, name);
-        pods.retain(|p| desired::is_pod_of(p, name));
-        pods
+    /// The pods of the Memcached `name` in `ns` (its Deployment's), by name.
+    fn pods_of(&self, ns: &str, name: &str) -> Vec<NamedPod> {
+        self.pods.get(ns, name)
     }
 }
 
@@ -130,7 +126,6 @@ impl shared::Pacing<Memcached> for Context {
         };
         let name = mc.name_any();
         let pods = self.pods_of(&ns, &name);
-        let pods: Vec<&SlimPod> = pods.iter().map(AsRef::as_ref).collect();
         let done = status::pods_ready(mc, &pods)
             && self
                 .deployments
@@ -155,12 +150,11 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
     ctx.deployments.insert(scope, deployments);
     let (services, service_events) = scope.reflect::<Slim<Service>>(ours);
     ctx.services.insert(scope, services);
-    // Only the pods' names, controllers, phase and readiness are read (`status.nodes`,
-    // readiness), and only those are cached.
-    let pod_events = scope.reflect_into::<SlimPod>(
+    // Only the pods' names and states are read (`status.nodes`, readiness), and only those
+    // are kept.
+    let pod_events = scope.reflect_index(
         watcher::Config::default().labels(&desired::all_pods_selector()),
         &ctx.pods,
-        desired::trim_pod,
     );
     let controller = scope
         .controller::<Memcached>(watcher::Config::default())
@@ -452,7 +446,6 @@ async fn update_status(
     announced: &[Announce],
 ) -> Result<(), Error> {
     let pods = ctx.pods_of(ns, &mc.name_any());
-    let pods: Vec<&SlimPod> = pods.iter().map(AsRef::as_ref).collect();
     let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
     ctx.toolkit
         .publish_status(mc, &new_status, announced)

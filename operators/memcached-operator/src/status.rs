@@ -11,7 +11,7 @@ use shared::{
 
 use crate::{
     api::{Memcached, MemcachedStatus},
-    desired::selector,
+    desired::{INSTANCE_LABEL, is_pod_of, selector},
 };
 
 /// `Degraded=True` reason: the Memcached is being deleted (a Normal event: the user asked
@@ -64,6 +64,36 @@ pub fn is_current(pod: &SlimPod) -> bool {
     pod.deletion_timestamp().is_none() && !matches!(pod.phase(), Some("Succeeded" | "Failed"))
 }
 
+/// What the status reads of a memcached pod, all the pod cache keeps of it beside its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodState {
+    /// The pod counts ([`is_current`]).
+    pub current: bool,
+    /// Its `Ready` condition is `True`.
+    pub ready: bool,
+}
+
+/// A memcached pod as the status reads it: its name and [`PodState`].
+pub type NamedPod = (String, PodState);
+
+/// What the pod cache keeps of `pod`: the Memcached it belongs to (its
+/// `app.kubernetes.io/instance` label, the cache's key) and its [`PodState`]; nothing for a
+/// pod that is not of that Memcached's Deployment ([`is_pod_of`]), so a reconcile finds
+/// exactly the pods its status counts.
+#[must_use]
+pub fn cached_pod(pod: &SlimPod) -> Option<(String, PodState)> {
+    let name = pod.labels().get(INSTANCE_LABEL)?;
+    is_pod_of(pod, name).then(|| {
+        (
+            name.to_owned(),
+            PodState {
+                current: is_current(pod),
+                ready: pod.ready(),
+            },
+        )
+    })
+}
+
 /// The message of the Deployment's `ReplicaFailure=True` condition (pods cannot be created:
 /// quota, admission), if any.
 #[must_use]
@@ -96,8 +126,8 @@ fn observed(deployment: &Deployment, size: i32) -> bool {
 /// Whether at least `spec.size` of `pods` are current and ready: the cheap half of
 /// [`is_available`], from the pod cache alone.
 #[must_use]
-pub fn pods_ready(mc: &Memcached, pods: &[&SlimPod]) -> bool {
-    let ready = pods.iter().filter(|p| is_current(p) && p.ready()).count();
+pub fn pods_ready(mc: &Memcached, pods: &[NamedPod]) -> bool {
+    let ready = pods.iter().filter(|(_, p)| p.current && p.ready).count();
     ready >= usize::try_from(mc.spec.size.max(0)).unwrap_or(0)
 }
 
@@ -105,7 +135,7 @@ pub fn pods_ready(mc: &Memcached, pods: &[&SlimPod]) -> bool {
 /// Deployment controller has seen its latest spec, and at least `spec.size` pods are
 /// available and ready.
 #[must_use]
-pub fn is_available(mc: &Memcached, deployment: &Deployment, pods: &[&SlimPod]) -> bool {
+pub fn is_available(mc: &Memcached, deployment: &Deployment, pods: &[NamedPod]) -> bool {
     let size = mc.spec.size.max(0);
     let available = deployment
         .status
@@ -128,17 +158,17 @@ pub fn is_available(mc: &Memcached, deployment: &Deployment, pods: &[&SlimPod]) 
 pub fn status(
     mc: &Memcached,
     deployment: Option<&Deployment>,
-    pods: &[&SlimPod],
+    pods: &[NamedPod],
     problem: Option<&Problem>,
     now: jiff::Timestamp,
 ) -> MemcachedStatus {
     let generation = mc.metadata.generation;
     let size = mc.spec.size.max(0);
     let name = mc.name_any();
-    let current: Vec<&SlimPod> = pods.iter().copied().filter(|p| is_current(p)).collect();
+    let current: Vec<&NamedPod> = pods.iter().filter(|(_, p)| p.current).collect();
     let replicas = i32::try_from(current.len()).unwrap_or(i32::MAX);
-    let ready = i32::try_from(current.iter().filter(|p| p.ready()).count()).unwrap_or(i32::MAX);
-    let mut nodes: Vec<String> = current.iter().map(|p| p.name_any()).collect();
+    let ready = i32::try_from(current.iter().filter(|(_, p)| p.ready).count()).unwrap_or(i32::MAX);
+    let mut nodes: Vec<String> = current.iter().map(|(name, _)| name.clone()).collect();
     nodes.sort();
 
     let dep_status = deployment
@@ -252,13 +282,16 @@ mod tests {
         let ready_b = pod("b", true, false);
         let mut unseen = deployment(&mc, 2, 2);
         unseen.metadata.generation = Some(5);
-        let cases: [(Deployment, Vec<&SlimPod>); 6] = [
-            (deployment(&mc, 2, 2), vec![&a, &ready_b]),
-            (deployment(&mc, 2, 2), vec![&a, &b]),
-            (deployment(&mc, 2, 1), vec![&a, &ready_b]),
-            (deployment(&mc, 2, 2), vec![&a, &gone]),
-            (unseen, vec![&a, &ready_b]),
-            (deployment(&memcached(3, None), 3, 3), vec![&a, &ready_b]),
+        let cases: [(Deployment, Vec<NamedPod>); 6] = [
+            (deployment(&mc, 2, 2), vec![a.clone(), ready_b.clone()]),
+            (deployment(&mc, 2, 2), vec![a.clone(), b.clone()]),
+            (deployment(&mc, 2, 1), vec![a.clone(), ready_b.clone()]),
+            (deployment(&mc, 2, 2), vec![a.clone(), gone.clone()]),
+            (unseen, vec![a.clone(), ready_b.clone()]),
+            (
+                deployment(&memcached(3, None), 3, 3),
+                vec![a.clone(), ready_b.clone()],
+            ),
         ];
         for (i, (d, pods)) in cases.iter().enumerate() {
             let s = status(&mc, Some(d), pods, None, jiff::Timestamp::UNIX_EPOCH);
@@ -279,7 +312,13 @@ mod tests {
             pod("cache-abc-c", true, true),
         );
         let now = jiff::Timestamp::from_second(100).unwrap();
-        let s = status(&mc, Some(&d), &[&b, &a, &gone], None, now);
+        let s = status(
+            &mc,
+            Some(&d),
+            &[b.clone(), a.clone(), gone.clone()],
+            None,
+            now,
+        );
         assert_eq!(s.nodes, ["cache-abc-a", "cache-abc-b"]);
         assert_eq!((s.replicas, s.ready_replicas), (2, 2));
         assert_eq!(s.observed_generation, Some(2));
@@ -298,13 +337,13 @@ mod tests {
             pod("cache-abc-b", false, false),
         );
         let t1 = jiff::Timestamp::from_second(100).unwrap();
-        let s = status(&mc, Some(&d), &[&a, &b], None, t1);
+        let s = status(&mc, Some(&d), &[a.clone(), b.clone()], None, t1);
         assert!(!is_true(&s.conditions, "Available"));
         let p = find(&s.conditions, "Progressing").unwrap();
         assert_eq!((p.status.as_str(), p.reason.as_str()), ("True", "Resizing"));
         mc.status = Some(s);
         let t2 = jiff::Timestamp::from_second(200).unwrap();
-        let s2 = status(&mc, Some(&d), &[&a, &b], None, t2);
+        let s2 = status(&mc, Some(&d), &[a.clone(), b.clone()], None, t2);
         assert_eq!(
             find(&s2.conditions, "Available")
                 .unwrap()
@@ -346,7 +385,7 @@ mod tests {
         let d = deployment(&mc, 1, 0);
         let running = pod("cache-abc-a", false, false);
         let now = jiff::Timestamp::from_second(100).unwrap();
-        let s = status(&mc, Some(&d), &[&running], None, now);
+        let s = status(&mc, Some(&d), std::slice::from_ref(&running), None, now);
         assert_eq!((s.replicas, s.ready_replicas), (1, 0));
         for type_ in ["Available", "Ready"] {
             let c = find(&s.conditions, type_).unwrap();
@@ -360,10 +399,16 @@ mod tests {
         // Ready pods but a Deployment that does not count them available yet (its own
         // view lags): still not Available.
         let ready = pod("cache-abc-a", true, false);
-        let s = status(&mc, Some(&d), &[&ready], None, now);
+        let s = status(&mc, Some(&d), std::slice::from_ref(&ready), None, now);
         assert!(!is_true(&s.conditions, "Available"));
         // Both agree: Available.
-        let s = status(&mc, Some(&deployment(&mc, 1, 1)), &[&ready], None, now);
+        let s = status(
+            &mc,
+            Some(&deployment(&mc, 1, 1)),
+            std::slice::from_ref(&ready),
+            None,
+            now,
+        );
         assert!(is_true(&s.conditions, "Available") && is_true(&s.conditions, "Ready"));
     }
 
@@ -392,7 +437,7 @@ mod tests {
         let none = MemcachedStatus::default();
 
         // The first status: Available only (not Ready, not the initial Degraded=False).
-        let up = status(&mc, Some(&d), &[&a], None, now);
+        let up = status(&mc, Some(&d), std::slice::from_ref(&a), None, now);
         assert_eq!(
             summary(&none, &up, &ANNOUNCED),
             [("AvailableChanged".into(), "AllPodsAvailable".into(), false)]
@@ -403,7 +448,7 @@ mod tests {
         let refused = status(
             &mc,
             Some(&d),
-            &[&a],
+            std::slice::from_ref(&a),
             Some(&Problem::ApplyFailed("denied".into())),
             now,
         );
@@ -414,7 +459,7 @@ mod tests {
         let conflict = status(
             &mc,
             Some(&d),
-            &[&a],
+            std::slice::from_ref(&a),
             Some(&Problem::NameConflict("taken".into())),
             now,
         );
@@ -422,12 +467,69 @@ mod tests {
 
         // Deleted: one Normal Finalizing event, whether Degraded was True or False.
         for before in [&up, &refused] {
-            let finalizing = status(&mc, Some(&d), &[&a], Some(&Problem::Finalizing), now);
+            let finalizing = status(
+                &mc,
+                Some(&d),
+                std::slice::from_ref(&a),
+                Some(&Problem::Finalizing),
+                now,
+            );
             assert_eq!(
                 summary(before, &finalizing, &ANNOUNCED_FINALIZING),
                 [("DegradedChanged".into(), "Finalizing".into(), false)]
             );
             assert!(summary(&finalizing, &finalizing, &ANNOUNCED_FINALIZING).is_empty());
         }
+    }
+
+    #[test]
+    fn the_pod_cache_keeps_a_pod_of_the_deployment_by_its_memcached() {
+        // A memcached pod as the API server sends it (managed fields left out).
+        let json = |deleting: bool, phase: &str, ready: &str, rs: &str| {
+            let mut meta = serde_json::json!({
+                "name": "cache-abc-x1", "namespace": "ns", "uid": "u1",
+                "labels": {
+                    "app.kubernetes.io/instance": "cache",
+                    "app.kubernetes.io/managed-by": "memcached-operator",
+                    "pod-template-hash": "abc"
+                },
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "cm-1"},
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,
+                     "uid": "rs-1", "controller": true, "blockOwnerDeletion": true}
+                ]
+            });
+            if deleting {
+                meta["deletionTimestamp"] = "2026-11-28T05:50:00Z".into();
+            }
+            let pod = serde_json::json!({
+                "metadata": meta,
+                "spec": {"containers": [{"name": "memcached", "image": "memcached"}]},
+                "status": {"phase": phase, "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": ready}
+                ]}
+            });
+            cached_pod(&serde_json::from_value::<SlimPod>(pod).unwrap())
+        };
+        let state = |current, ready| Some(("cache".to_owned(), PodState { current, ready }));
+        assert_eq!(
+            json(false, "Running", "True", "cache-abc"),
+            state(true, true)
+        );
+        assert_eq!(
+            json(false, "Running", "False", "cache-abc"),
+            state(true, false)
+        );
+        assert_eq!(
+            json(true, "Running", "True", "cache-abc"),
+            state(false, true)
+        );
+        assert_eq!(
+            json(false, "Failed", "False", "cache-abc"),
+            state(false, false)
+        );
+        // Labelled as the Memcached's, but not of its Deployment's ReplicaSet: not kept.
+        assert_eq!(json(false, "Running", "True", "other-abc"), None);
     }
 }

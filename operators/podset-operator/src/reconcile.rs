@@ -132,11 +132,8 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
         }
     });
     let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
-    let pod_events = scope.reflect_into::<SlimPod>(
-        watcher::Config::default().labels(&selector),
-        &ctx.pods,
-        |_| {},
-    );
+    let pod_events =
+        scope.reflect_into::<SlimPod>(watcher::Config::default().labels(&selector), &ctx.pods);
     let (expectations, strays, pods, store) = (
         ctx.expectations.clone(),
         ctx.strays.clone(),

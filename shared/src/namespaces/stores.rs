@@ -1,7 +1,7 @@
 //! [`ScopedStores`]: the caches of one child kind, one per [`Scope`], optionally indexed
 //! by a key of each object.
 
-use std::{collections::HashMap, fmt, sync::Arc};
+use std::{fmt, sync::Arc};
 
 use kube::{
     Resource,
@@ -11,7 +11,7 @@ use kube::{
     },
 };
 
-use super::Scope;
+use super::{Scope, ScopedIndex};
 
 /// Stores of one child kind, one per [`Scope`], so a reconcile finds the cache that holds
 /// its object's namespace; optionally indexed by a key of each object (a label, an owner's
@@ -21,6 +21,12 @@ pub struct ScopedStores<K: Resource<DynamicType = ()> + 'static> {
     index: Option<KeyIndex<K>>,
 }
 
+/// The index of [`ScopedStores::indexed`]: each object's name under its key.
+struct KeyIndex<K> {
+    key: fn(&K) -> Option<String>,
+    names: ScopedIndex<K, ()>,
+}
+
 impl<K: Resource<DynamicType = ()> + 'static> fmt::Debug for ScopedStores<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScopedStores")
@@ -28,87 +34,6 @@ impl<K: Resource<DynamicType = ()> + 'static> fmt::Debug for ScopedStores<K> {
             .field("indexed", &self.index.is_some())
             .finish_non_exhaustive()
     }
-}
-
-/// The index of [`ScopedStores::indexed`]: per scope, object names by (namespace, key),
-/// kept in step with the scope's store by the same watch events, applied the way the
-/// reflector applies them (a relist's objects are gathered apart and replace the index
-/// when the relist is complete, as they replace the store).
-struct KeyIndex<K> {
-    key: fn(&K) -> Option<String>,
-    scopes: std::sync::RwLock<HashMap<Option<String>, ScopeIndex>>,
-}
-
-/// Names by (namespace, key), and each object's key by (namespace, name), per namespace so
-/// the namespace is held once, with boxed strings and a list per key: at 10,000 pods the
-/// earlier layout (a set per key and tuples of owned strings in two flat maps) took about
-/// 600 bytes per pod, this one about 210 (heaptrack, 2,000 PodSets).
-#[derive(Default)]
-struct Names {
-    namespaces: HashMap<Box<str>, NamespaceNames>,
-}
-
-/// [`Names`] of one namespace.
-#[derive(Default)]
-struct NamespaceNames {
-    /// Names by key; a key has a handful of objects (the pods of one owner), so a list.
-    by_key: HashMap<Box<str>, Vec<Box<str>>>,
-    /// The key of each object, to find its entry again when it changes or goes.
-    key_of: HashMap<Box<str>, Box<str>>,
-}
-
-impl Names {
-    fn insert(&mut self, namespace: &str, name: &str, key: Option<String>) {
-        self.remove(namespace, name);
-        let Some(key) = key else { return };
-        let names = match self.namespaces.get_mut(namespace) {
-            Some(names) => names,
-            None => self.namespaces.entry(namespace.into()).or_default(),
-        };
-        let key: Box<str> = key.into();
-        names
-            .by_key
-            .entry(key.clone())
-            .or_default()
-            .push(name.into());
-        names.key_of.insert(name.into(), key);
-    }
-
-    fn remove(&mut self, namespace: &str, name: &str) {
-        let Some(names) = self.namespaces.get_mut(namespace) else {
-            return;
-        };
-        if let Some(key) = names.key_of.remove(name)
-            && let Some(list) = names.by_key.get_mut(&key)
-        {
-            list.retain(|n| &**n != name);
-            if list.is_empty() {
-                names.by_key.remove(&key);
-            }
-        }
-        if names.key_of.is_empty() {
-            self.namespaces.remove(namespace);
-        }
-    }
-
-    /// The names under `key` in `namespace`, sorted.
-    fn get(&self, namespace: &str, key: &str) -> Vec<String> {
-        let mut found: Vec<String> = self
-            .namespaces
-            .get(namespace)
-            .and_then(|names| names.by_key.get(key))
-            .map(|list| list.iter().map(|n| n.to_string()).collect())
-            .unwrap_or_default();
-        found.sort_unstable();
-        found
-    }
-}
-
-#[derive(Default)]
-struct ScopeIndex {
-    live: Names,
-    /// A relist in progress.
-    relist: Option<Names>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for ScopedStores<K> {
@@ -129,7 +54,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
             stores: std::sync::RwLock::new(Vec::new()),
             index: Some(KeyIndex {
                 key,
-                scopes: std::sync::RwLock::new(HashMap::new()),
+                names: ScopedIndex::new(move |obj: &K| key(obj).map(|k| (k, ()))),
             }),
         }
     }
@@ -147,34 +72,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
         let Some(index) = &self.index else {
             return;
         };
-        let Ok(mut scopes) = index.scopes.write() else {
-            return;
-        };
-        let s = scopes.entry(scope.clone()).or_default();
-        let id = |obj: &K| Some((obj.meta().namespace.clone()?, obj.meta().name.clone()?));
-        match event {
-            watcher::Event::Apply(obj) => {
-                if let Some((ns, name)) = id(obj) {
-                    s.live.insert(&ns, &name, (index.key)(obj));
-                }
-            }
-            watcher::Event::Delete(obj) => {
-                if let Some((ns, name)) = id(obj) {
-                    s.live.remove(&ns, &name);
-                }
-            }
-            watcher::Event::Init => s.relist = Some(Names::default()),
-            watcher::Event::InitApply(obj) => {
-                if let (Some((ns, name)), Some(relist)) = (id(obj), s.relist.as_mut()) {
-                    relist.insert(&ns, &name, (index.key)(obj));
-                }
-            }
-            watcher::Event::InitDone => {
-                if let Some(relist) = s.relist.take() {
-                    s.live = relist;
-                }
-            }
-        }
+        index.names.apply(scope, event);
     }
 
     /// The cached objects in `namespace` whose key is `key` (none when not indexed).
@@ -183,24 +81,11 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
         let Some(index) = &self.index else {
             return Vec::new();
         };
-        let scope = self.stores.read().ok().and_then(|stores| {
-            stores
-                .iter()
-                .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))
-                .map(|(ns, _)| ns.clone())
-        });
-        let Some(scope) = scope else {
-            return Vec::new();
-        };
-        let names: Vec<String> = index
-            .scopes
-            .read()
-            .ok()
-            .and_then(|scopes| scopes.get(&scope).map(|s| s.live.get(namespace, key)))
-            .unwrap_or_default();
-        names
+        index
+            .names
+            .get(namespace, key)
             .iter()
-            .filter_map(|name| self.find(namespace, name))
+            .filter_map(|(name, ())| self.find(namespace, name))
             .filter(|obj| (index.key)(obj).as_deref() == Some(key))
             .collect()
     }
