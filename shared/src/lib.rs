@@ -6,7 +6,8 @@
 //!   client, the recorder of events, the status writer); [`Pacing`] is what the runner
 //!   asks the reconcile context before it folds a trigger into the debounce.
 //! - [`namespaces`]: the scopes an operator watches (`--watch-namespace`) and the
-//!   reflector stores of each ([`Scope`], [`namespaces::ScopedStores`]).
+//!   reflector stores of each ([`Scope`], [`namespaces::ScopedStores`]), or only what a
+//!   reconcile reads of each object ([`namespaces::ScopedIndex`]).
 //! - The reconcile kit: [`apply`] (server-side apply, owner references), [`ownership`]
 //!   (never adopting a stranger's child), [`conditions`], [`status`] (status patches
 //!   that remove what left), [`events`] (what a transition announces), [`slim`] (caches
