@@ -50,6 +50,7 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
                 "deployments.apps",
                 &["get", "list", "watch", "create", "patch"],
             ),
+            ("deployments.apps/scale", &["patch"]),
             (
                 "services",
                 &["get", "list", "watch", "create", "patch", "delete"],

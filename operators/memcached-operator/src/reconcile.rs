@@ -256,6 +256,11 @@ enum Child<K> {
 /// A cached version found ours and in sync is marked with the desired object's
 /// fingerprint ([`Slim::holds`]): most reconciles of a converging Memcached want the same
 /// children again (its pods moved on, not its spec), and skip the parse and comparison.
+///
+/// A child whose kind has a `scale` subresource (`scalable`: the Deployment) and of which
+/// only `spec.replicas` changes (a `kubectl scale`, an autoscaler) gets the count applied
+/// to that subresource, a smaller write than the whole object
+/// ([`shared::apply::replicas_alone`]).
 async fn write_child<K>(
     api: &Api<K>,
     manager: &str,
@@ -263,6 +268,7 @@ async fn write_child<K>(
     cached: Option<Arc<Slim<K>>>,
     owner: &OwnerReference,
     recreate: fn(&K, &K) -> bool,
+    scalable: bool,
 ) -> Result<Child<K>, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
@@ -307,7 +313,21 @@ where
             return Ok(Child::Problem(Problem::NameConflict(conflict.message())));
         }
     };
-    match shared::apply::apply(api, manager, desired, cached.as_ref()).await {
+    let scale = match cached.as_ref() {
+        Some(existing) if scalable => shared::apply::replicas_alone(desired, existing)?,
+        _ => None,
+    };
+    let written = match (scale, cached.as_ref()) {
+        // The cached object stands for the written one: for the status, it is a
+        // Deployment whose controller has not seen the new count yet, as the written one is.
+        (Some(replicas), Some(existing)) => {
+            shared::apply::apply_scale(api, manager, existing, replicas)
+                .await
+                .map(|()| Some(existing.clone()))
+        }
+        _ => shared::apply::apply(api, manager, desired, cached.as_ref()).await,
+    };
+    match written {
         Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
         Ok(None) => {
             if let Some(slim) = &slim {
@@ -344,6 +364,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         cached,
         &owner,
         |_, _| false,
+        true,
     )
     .await?
     {
@@ -369,6 +390,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         cached,
         &owner,
         desired::service_needs_recreate,
+        false,
     )
     .await?
     {
