@@ -106,26 +106,68 @@ pub async fn apply<K>(
 where
     K: Resource + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
 {
+    write(api, field_manager, desired, cached, false).await
+}
+
+/// Like [`apply`], for a kind with a `scale` subresource over `spec.replicas` (a
+/// Deployment, a StatefulSet): when all that `cached` lacks of `desired` is its replica
+/// count (a `kubectl scale`, an autoscaler), the count alone is applied to that
+/// subresource, under the same field manager (forced) and with the same UID
+/// precondition. The API server answers that in about half the time of an apply of the
+/// whole object (best 3.9 against 6.0 ms for a memcached Deployment on the local
+/// cluster). The field manager needs `patch` on `<resource>/scale`.
+///
+/// After a scale it returns `cached` as it was: the subresource answers with a `Scale`,
+/// not the object.
+///
+/// # Errors
+/// As [`apply`].
+pub async fn apply_scalable<K>(
+    api: &Api<K>,
+    field_manager: &str,
+    desired: &K,
+    cached: Option<&K>,
+) -> Result<Option<K>, Error>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
+{
+    write(api, field_manager, desired, cached, true).await
+}
+
+/// [`apply`], and with `scalable` [`apply_scalable`].
+async fn write<K>(
+    api: &Api<K>,
+    field_manager: &str,
+    desired: &K,
+    cached: Option<&K>,
+    scalable: bool,
+) -> Result<Option<K>, Error>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
+{
     let name = desired
         .meta()
         .name
         .clone()
         .ok_or_else(|| Error::MissingMetadata("desired child".into()))?;
+    let mut body = to_value(desired, &name)?;
     if let Some(cached) = cached {
-        let d = to_value(desired, &name)?;
-        let a = to_value(cached, &name)?;
-        if is_subset(&d, &a) {
+        let actual = to_value(cached, &name)?;
+        if is_subset(&body, &actual) {
             tracing::trace!(child = %name, "child in sync; no write");
             return Ok(None);
         }
+        if scalable && let Some(replicas) = replicas_alone(&body, &actual) {
+            apply_scale(api, field_manager, cached, replicas).await?;
+            return Ok(Some(cached.clone()));
+        }
+        if let Some(uid) = cached.meta().uid.clone()
+            && let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.insert("uid".to_owned(), Value::String(uid));
+        }
     }
     tracing::debug!(child = %name, "applying child");
-    let mut body = to_value(desired, &name)?;
-    if let Some(uid) = cached.and_then(|c| c.meta().uid.clone())
-        && let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut)
-    {
-        meta.insert("uid".to_owned(), Value::String(uid));
-    }
     let applied = api
         .patch(
             &name,
@@ -136,53 +178,26 @@ where
     Ok(Some(applied))
 }
 
-/// The `spec.replicas` of `desired` when it is all that `cached` lacks of it: the
-/// replica counts differ, and every other field of `desired` is held. A scale (by hand,
-/// by an autoscaler, of the owner) is then written to the child's `scale` subresource
-/// ([`apply_scale`]): a small apply, where an apply of the whole object costs the API
-/// server about twice the time (6.0 against 3.9 ms at best for a memcached Deployment,
-/// on the local cluster).
-///
-/// # Errors
-/// [`Error::Serialize`]/[`Error::MissingMetadata`] for a malformed `desired` or `cached`.
-pub fn replicas_alone<K: Resource + Serialize>(
-    desired: &K,
-    cached: &K,
-) -> Result<Option<i32>, Error> {
-    let name = desired
-        .meta()
-        .name
-        .clone()
-        .ok_or_else(|| Error::MissingMetadata("desired child".into()))?;
-    let mut d = to_value(desired, &name)?;
-    let a = to_value(cached, &name)?;
-    let replicas = |v: &Value| v.pointer("/spec/replicas").and_then(Value::as_i64);
-    let (Some(want), Some(have)) = (replicas(&d), replicas(&a)) else {
-        return Ok(None);
-    };
-    if want == have {
-        return Ok(None);
+/// The `spec.replicas` of `desired` when it is all that `actual` lacks of it: the replica
+/// counts differ, and every other field of `desired` is held.
+fn replicas_alone(desired: &Value, actual: &Value) -> Option<i64> {
+    let want = desired.pointer("/spec/replicas")?.as_i64()?;
+    let have = actual.pointer("/spec/replicas")?;
+    if have.as_i64() == Some(want) {
+        return None;
     }
-    if let Some(r) = d.pointer_mut("/spec/replicas") {
-        *r = Value::from(have);
-    }
-    Ok(is_subset(&d, &a)
-        .then(|| i32::try_from(want).ok())
-        .flatten())
+    let mut rest = desired.clone();
+    *rest.pointer_mut("/spec/replicas")? = have.clone();
+    is_subset(&rest, actual).then_some(want)
 }
 
 /// Server-side applies `replicas` to the `scale` subresource of `cached` under
-/// `field_manager` (forcing ownership, as [`apply`] does), with its UID as a
-/// precondition: the count alone, for a child of which nothing else changes
-/// ([`replicas_alone`]).
-///
-/// # Errors
-/// [`Error::Kube`] when the patch fails.
-pub async fn apply_scale<K>(
+/// `field_manager` (forced), with its UID as a precondition.
+async fn apply_scale<K>(
     api: &Api<K>,
     field_manager: &str,
     cached: &K,
-    replicas: i32,
+    replicas: i64,
 ) -> Result<(), Error>
 where
     K: Resource + Clone + DeserializeOwned,
@@ -390,39 +405,27 @@ mod tests {
             }))
             .unwrap();
             d.spec.get_or_insert_with(DeploymentSpec::default).replicas = Some(replicas);
-            d
+            serde_json::to_value(d).unwrap()
         };
         let cached = deployment(3, "memcached:1");
         // The count alone: the new count.
         assert_eq!(
-            replicas_alone(&deployment(4, "memcached:1"), &cached).unwrap(),
+            replicas_alone(&deployment(4, "memcached:1"), &cached),
             Some(4)
         );
         assert_eq!(
-            replicas_alone(&deployment(0, "memcached:1"), &cached).unwrap(),
+            replicas_alone(&deployment(0, "memcached:1"), &cached),
             Some(0)
         );
         // Nothing, or more than the count: a whole apply.
-        assert_eq!(
-            replicas_alone(&deployment(3, "memcached:1"), &cached).unwrap(),
-            None
-        );
-        assert_eq!(
-            replicas_alone(&deployment(4, "memcached:2"), &cached).unwrap(),
-            None
-        );
-        assert_eq!(
-            replicas_alone(&deployment(3, "memcached:2"), &cached).unwrap(),
-            None
-        );
+        assert_eq!(replicas_alone(&deployment(3, "memcached:1"), &cached), None);
+        assert_eq!(replicas_alone(&deployment(4, "memcached:2"), &cached), None);
+        assert_eq!(replicas_alone(&deployment(3, "memcached:2"), &cached), None);
         // No count on either side: a whole apply.
         let mut unset = cached.clone();
-        unset.spec.as_mut().unwrap().replicas = None;
-        assert_eq!(
-            replicas_alone(&deployment(4, "memcached:1"), &unset).unwrap(),
-            None
-        );
-        assert_eq!(replicas_alone(&unset, &cached).unwrap(), None);
+        unset["spec"].as_object_mut().unwrap().remove("replicas");
+        assert_eq!(replicas_alone(&deployment(4, "memcached:1"), &unset), None);
+        assert_eq!(replicas_alone(&unset, &cached), None);
     }
 
     #[test]

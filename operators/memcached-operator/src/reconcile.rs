@@ -260,7 +260,7 @@ enum Child<K> {
 /// A child whose kind has a `scale` subresource (`scalable`: the Deployment) and of which
 /// only `spec.replicas` changes (a `kubectl scale`, an autoscaler) gets the count applied
 /// to that subresource, a smaller write than the whole object
-/// ([`shared::apply::replicas_alone`]).
+/// ([`shared::apply::apply_scalable`]).
 async fn write_child<K>(
     api: &Api<K>,
     manager: &str,
@@ -313,19 +313,12 @@ where
             return Ok(Child::Problem(Problem::NameConflict(conflict.message())));
         }
     };
-    let scale = match cached.as_ref() {
-        Some(existing) if scalable => shared::apply::replicas_alone(desired, existing)?,
-        _ => None,
-    };
-    let written = match (scale, cached.as_ref()) {
-        // The cached object stands for the written one: for the status, it is a
-        // Deployment whose controller has not seen the new count yet, as the written one is.
-        (Some(replicas), Some(existing)) => {
-            shared::apply::apply_scale(api, manager, existing, replicas)
-                .await
-                .map(|()| Some(existing.clone()))
-        }
-        _ => shared::apply::apply(api, manager, desired, cached.as_ref()).await,
+    // The cached object after a scale stands for the written one: for the status, a
+    // Deployment whose controller has not seen the new count yet, as the written one is.
+    let written = if scalable {
+        shared::apply::apply_scalable(api, manager, desired, cached.as_ref()).await
+    } else {
+        shared::apply::apply(api, manager, desired, cached.as_ref()).await
     };
     match written {
         Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
