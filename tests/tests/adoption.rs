@@ -195,19 +195,29 @@ async fn memcached_never_adopts_a_strangers_service() -> Result<()> {
     let mc: Memcached = create_from_json(&ns, memcached("cache", 1)).await?;
     let uid = mc.uid().context("uid")?;
 
-    // The conflict reported, and the Deployment's pod ready beside it (`Available`): from
-    // then on only the retries of the conflict reconcile it, which the hot-loop check
-    // counts (the reconcile that sees the pod ready runs at once, and may come within a
-    // second of a retry).
+    // The conflict reported, and the Deployment's pod ready beside it, but not `Available`
+    // nor `Ready`: the Service clients would reach is not the Memcached's
+    // (`ServiceNotOwned`, naming it). From then on only the retries of the conflict
+    // reconcile it, which the hot-loop check counts (the reconcile that sees the pod ready
+    // may come within a second of a retry).
     let api: Api<Memcached> = ns.api();
     wait_until(&api, "cache", |mc: &Memcached| {
         mc.status.as_ref().is_some_and(|s| {
+            let not_owned = |type_: &str| {
+                condition(&s.conditions, type_).is_some_and(|c| {
+                    c.status == "False"
+                        && c.reason == "ServiceNotOwned"
+                        && c.message.contains("Service cache ")
+                })
+            };
             reports_conflict(
                 condition(&s.conditions, "Degraded"),
                 "True",
                 "Service",
                 "cache",
-            ) && condition(&s.conditions, "Available").is_some_and(|c| c.status == "True")
+            ) && s.ready_replicas == 1
+                && not_owned("Available")
+                && not_owned("Ready")
         })
     })
     .await?;

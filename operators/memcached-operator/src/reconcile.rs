@@ -36,7 +36,7 @@ use crate::{
     api::{DEFAULT_IMAGE, Memcached},
     desired::{self, INSTANCE_LABEL},
     release,
-    status::{self, NamedPod, PodState, Problem},
+    status::{self, NamedPod, PodState, Problem, ServiceState},
 };
 
 /// Why a reconcile failed.
@@ -117,9 +117,9 @@ impl Context {
 
 impl shared::Pacing<Memcached> for Context {
     /// Completed by the last pod of a change ready: `spec.size` current pods ready in the
-    /// cache, then (parsed only when they are) the cached Deployment at its latest spec
-    /// with as many available; converging until then, while the status does not say
-    /// `Ready` for this generation.
+    /// cache, its own Service cached, then (parsed only when they are) the cached
+    /// Deployment at its latest spec with as many available; converging until then, while
+    /// the status does not say `Ready` for this generation.
     fn progress(&self, mc: &Memcached) -> Progress {
         let Some(ns) = shared::run::awaiting_ready(mc) else {
             return Progress::Settled;
@@ -127,6 +127,8 @@ impl shared::Pacing<Memcached> for Context {
         let name = mc.name_any();
         let pods = self.pods_of(&ns, &name);
         let done = status::pods_ready(mc, &pods)
+            && status::service_state(mc, self.services.find(&ns, &name).as_deref())
+                == ServiceState::Owned
             && self
                 .deployments
                 .find(&ns, &name)
@@ -376,7 +378,9 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
 
     let cached = ctx.services.find(&ns, &name);
     let desired_service = desired::desired_service(mc, owner.clone());
-    match write_child(
+    // What the status is told of the Service: only its own makes the Memcached Ready.
+    let cached_service = cached.clone();
+    let service = match write_child(
         &Api::namespaced(client.clone(), &ns),
         manager,
         &desired_service,
@@ -387,18 +391,28 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     )
     .await?
     {
-        Child::Written(_) | Child::Holds(_) => {}
-        Child::Leftover => leftover = true,
+        Child::Written(s) => status::service_state(mc, s.as_ref()),
+        Child::Holds(s) => status::service_state(mc, Some(s.as_ref())),
+        Child::Leftover => {
+            leftover = true;
+            ServiceState::NotOwned
+        }
         Child::Problem(p) => {
+            let state = match &p {
+                Problem::NameConflict(_) => ServiceState::NotOwned,
+                _ => status::service_state(mc, cached_service.as_deref()),
+            };
             problem.get_or_insert(p);
+            state
         }
         Child::NamespaceTerminating => return Ok(Action::await_change()),
-    }
+    };
 
     update_status(
         mc,
         ctx,
         deployment.as_ref(),
+        service,
         problem.as_ref(),
         &ns,
         &status::ANNOUNCED,
@@ -434,10 +448,12 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         .find(&ns, &name)
         .map(|d| d.full())
         .transpose()?;
+    let service = status::service_state(mc, ctx.services.find(&ns, &name).as_deref());
     update_status(
         mc,
         ctx,
         deployment.as_ref(),
+        service,
         Some(&Problem::Finalizing),
         &ns,
         &status::ANNOUNCED_FINALIZING,
@@ -449,19 +465,20 @@ async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-/// Describes the Memcached's Deployment and pods in its status, and announces the
+/// Describes the Memcached's Deployment, Service and pods in its status, and announces the
 /// transitions listed in `announced` ([`status::ANNOUNCED`], or while finalizing
 /// [`status::ANNOUNCED_FINALIZING`]).
 async fn update_status(
     mc: &Memcached,
     ctx: &Context,
     deployment: Option<&Deployment>,
+    service: ServiceState,
     problem: Option<&Problem>,
     ns: &str,
     announced: &[Announce],
 ) -> Result<(), Error> {
     let pods = ctx.pods_of(ns, &mc.name_any());
-    let new_status = status::status(mc, deployment, &pods, problem, conditions::now());
+    let new_status = status::status(mc, deployment, service, &pods, problem, conditions::now());
     ctx.toolkit
         .publish_status(mc, &new_status, announced)
         .await?;

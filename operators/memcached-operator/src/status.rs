@@ -2,7 +2,7 @@
 //! pods, and which of its conditions are announced with events. Pure; unit-tested below.
 
 use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Condition};
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use shared::{
     conditions::{Conditions, HasConditions},
     events::Announce,
@@ -23,6 +23,11 @@ pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
 pub const REASON_NAME_CONFLICT: &str = shared::ownership::REASON_NAME_CONFLICT;
 /// `Degraded=True` reason: the Deployment cannot create pods.
 pub const REASON_REPLICA_FAILURE: &str = "ReplicaFailure";
+/// `Available=False` (and `Ready=False`) reason: no Service of the Memcached's name exists.
+pub const REASON_SERVICE_MISSING: &str = "ServiceMissing";
+/// `Available=False` (and `Ready=False`) reason: an object holds the Service's name but is
+/// not controlled by this Memcached (someone else's, or an earlier Memcached's).
+pub const REASON_SERVICE_NOT_OWNED: &str = "ServiceNotOwned";
 
 /// The conditions announced with events: `Available` whenever it changes, `Degraded` when
 /// it changes (a Warning for a problem, a Normal event when it turns to `Finalizing`) but
@@ -56,6 +61,31 @@ pub enum Problem {
     ApplyFailed(String),
     /// A Deployment or Service of the same name exists and belongs to someone else.
     NameConflict(String),
+}
+
+/// The Memcached's Service (named after it) as a reconcile found it. Only a Service this
+/// Memcached controls is the one clients reach it through, so only then can it be `Ready`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceState {
+    /// It exists and is controlled by this Memcached: a controller owner reference with
+    /// the Memcached's UID.
+    Owned,
+    /// An object holds the name but is not controlled by this Memcached: someone else's
+    /// Service, or an earlier Memcached's of the same name still being removed.
+    NotOwned,
+    /// No Service has the name (not created yet, or its creation was refused).
+    Missing,
+}
+
+/// What `service`, the object found at the Service's name (`None`: nothing), is to `mc`:
+/// [`ServiceState::Owned`] only with a controller owner reference carrying `mc`'s UID.
+#[must_use]
+pub fn service_state<S: Resource>(mc: &Memcached, service: Option<&S>) -> ServiceState {
+    match (service, mc.uid()) {
+        (None, _) => ServiceState::Missing,
+        (Some(s), Some(uid)) if shared::apply::is_controlled_by(s, &uid) => ServiceState::Owned,
+        (Some(_), _) => ServiceState::NotOwned,
+    }
 }
 
 /// Whether a pod counts: not terminating, and not finished (phase Succeeded or Failed).
@@ -145,11 +175,14 @@ pub fn is_available(mc: &Memcached, deployment: &Deployment, pods: &[NamedPod]) 
     observed(deployment, size) && available >= size && pods_ready(mc, pods)
 }
 
-/// The status describing `deployment` and the current `pods` of `mc`, keeping
+/// The status describing `deployment`, `service` and the current `pods` of `mc`, keeping
 /// `lastTransitionTime` of unchanged conditions.
 ///
-/// - `Available`: the Deployment has observed its latest spec and at least `size` pods
-///   are available and ready (reason `AllPodsAvailable`; else `Reconciling`).
+/// - `Available` (and `Ready`, the same): the Service is this Memcached's own
+///   ([`ServiceState::Owned`]), the Deployment has observed its latest spec and at least
+///   `size` pods are available and ready (reason `AllPodsAvailable`). Else `False`:
+///   `ServiceNotOwned` or `ServiceMissing` (naming the Service) when the Service is not
+///   its own, `Reconciling` otherwise.
 /// - `Progressing`: the pod count differs from `size` (reason `Resizing`) or pods are
 ///   still being updated or started (`Reconciling`); else `False` (`Reconciled`).
 /// - `Degraded`: `problem` (`Finalizing`, `ApplyFailed`, `NameConflict`), or the
@@ -158,6 +191,7 @@ pub fn is_available(mc: &Memcached, deployment: &Deployment, pods: &[NamedPod]) 
 pub fn status(
     mc: &Memcached,
     deployment: Option<&Deployment>,
+    service: ServiceState,
     pods: &[NamedPod],
     problem: Option<&Problem>,
     now: jiff::Timestamp,
@@ -180,8 +214,19 @@ pub fn status(
     let dep_replicas = dep_status.replicas.unwrap_or(0);
 
     let counts = format!("{ready}/{size} pods ready");
-    let is_available = deployment.is_some_and(|d| is_available(mc, d, pods));
+    let is_available =
+        service == ServiceState::Owned && deployment.is_some_and(|d| is_available(mc, d, pods));
     let (available_reason, available_message) = match deployment {
+        _ if service == ServiceState::NotOwned => (
+            REASON_SERVICE_NOT_OWNED,
+            format!(
+                "Service {name} is not controlled by this Memcached: clients would not reach its pods through it; delete or rename that Service"
+            ),
+        ),
+        _ if service == ServiceState::Missing => (
+            REASON_SERVICE_MISSING,
+            format!("Service {name} does not exist"),
+        ),
         _ if is_available => (
             "AllPodsAvailable",
             format!("Deployment {name} has {size} available pods"),
@@ -264,12 +309,19 @@ pub fn status(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::fixtures::{deployment, memcached, pod};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use crate::fixtures::{deployment, memcached, owner, pod};
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
     use shared::{
         conditions::{find, is_true},
         events::announcements,
     };
+
+    const OWNED: ServiceState = ServiceState::Owned;
+
+    fn now() -> jiff::Timestamp {
+        jiff::Timestamp::from_second(100).unwrap()
+    }
 
     #[test]
     fn is_available_is_what_the_status_says() {
@@ -294,7 +346,7 @@ mod tests {
             ),
         ];
         for (i, (d, pods)) in cases.iter().enumerate() {
-            let s = status(&mc, Some(d), pods, None, jiff::Timestamp::UNIX_EPOCH);
+            let s = status(&mc, Some(d), OWNED, pods, None, jiff::Timestamp::UNIX_EPOCH);
             let says = is_true(&s.conditions, "Ready");
             assert_eq!(is_available(&mc, d, pods), says, "case {i}");
             // The cheap half never rules out what the status calls available.
@@ -315,6 +367,7 @@ mod tests {
         let s = status(
             &mc,
             Some(&d),
+            OWNED,
             &[b.clone(), a.clone(), gone.clone()],
             None,
             now,
@@ -337,13 +390,13 @@ mod tests {
             pod("cache-abc-b", false, false),
         );
         let t1 = jiff::Timestamp::from_second(100).unwrap();
-        let s = status(&mc, Some(&d), &[a.clone(), b.clone()], None, t1);
+        let s = status(&mc, Some(&d), OWNED, &[a.clone(), b.clone()], None, t1);
         assert!(!is_true(&s.conditions, "Available"));
         let p = find(&s.conditions, "Progressing").unwrap();
         assert_eq!((p.status.as_str(), p.reason.as_str()), ("True", "Resizing"));
         mc.status = Some(s);
         let t2 = jiff::Timestamp::from_second(200).unwrap();
-        let s2 = status(&mc, Some(&d), &[a.clone(), b.clone()], None, t2);
+        let s2 = status(&mc, Some(&d), OWNED, &[a.clone(), b.clone()], None, t2);
         assert_eq!(
             find(&s2.conditions, "Available")
                 .unwrap()
@@ -357,7 +410,7 @@ mod tests {
     fn status_degraded_reasons() {
         let mc = memcached(1, None);
         let now = jiff::Timestamp::from_second(100).unwrap();
-        let s = status(&mc, None, &[], Some(&Problem::Finalizing), now);
+        let s = status(&mc, None, OWNED, &[], Some(&Problem::Finalizing), now);
         let d = find(&s.conditions, "Degraded").unwrap();
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
@@ -366,6 +419,7 @@ mod tests {
         let s = status(
             &mc,
             None,
+            OWNED,
             &[],
             Some(&Problem::ApplyFailed("forbidden".into())),
             now,
@@ -385,7 +439,14 @@ mod tests {
         let d = deployment(&mc, 1, 0);
         let running = pod("cache-abc-a", false, false);
         let now = jiff::Timestamp::from_second(100).unwrap();
-        let s = status(&mc, Some(&d), std::slice::from_ref(&running), None, now);
+        let s = status(
+            &mc,
+            Some(&d),
+            OWNED,
+            std::slice::from_ref(&running),
+            None,
+            now,
+        );
         assert_eq!((s.replicas, s.ready_replicas), (1, 0));
         for type_ in ["Available", "Ready"] {
             let c = find(&s.conditions, type_).unwrap();
@@ -399,12 +460,20 @@ mod tests {
         // Ready pods but a Deployment that does not count them available yet (its own
         // view lags): still not Available.
         let ready = pod("cache-abc-a", true, false);
-        let s = status(&mc, Some(&d), std::slice::from_ref(&ready), None, now);
+        let s = status(
+            &mc,
+            Some(&d),
+            OWNED,
+            std::slice::from_ref(&ready),
+            None,
+            now,
+        );
         assert!(!is_true(&s.conditions, "Available"));
         // Both agree: Available.
         let s = status(
             &mc,
             Some(&deployment(&mc, 1, 1)),
+            OWNED,
             std::slice::from_ref(&ready),
             None,
             now,
@@ -412,12 +481,109 @@ mod tests {
         assert!(is_true(&s.conditions, "Available") && is_true(&s.conditions, "Ready"));
     }
 
+    /// The conditions `Available` and `Ready` of `s`, as (status, reason, message).
+    fn ready(s: &MemcachedStatus) -> (String, String, String) {
+        let a = find(&s.conditions, "Available").unwrap();
+        let r = find(&s.conditions, "Ready").unwrap();
+        assert_eq!(
+            (&a.status, &a.reason, &a.message),
+            (&r.status, &r.reason, &r.message)
+        );
+        (r.status.clone(), r.reason.clone(), r.message.clone())
+    }
+
+    #[test]
+    fn ready_with_its_own_service() {
+        let mc = memcached(1, None);
+        let d = deployment(&mc, 1, 1);
+        let a = pod("cache-abc-a", true, false);
+        let own = crate::desired::desired_service(&mc, owner());
+        let state = service_state(&mc, Some(&own));
+        assert_eq!(state, ServiceState::Owned);
+        let s = status(&mc, Some(&d), state, std::slice::from_ref(&a), None, now());
+        assert_eq!(ready(&s).0, "True");
+        assert_eq!(ready(&s).1, "AllPodsAvailable");
+        // Owned but the pods are not there yet: not Ready, for the pods' reason.
+        let s = status(&mc, Some(&d), state, &[], None, now());
+        assert_eq!(ready(&s).1, "Reconciling");
+    }
+
+    #[test]
+    fn a_strangers_service_is_not_ready_and_named() {
+        let mc = memcached(1, None);
+        let d = deployment(&mc, 1, 1);
+        let a = pod("cache-abc-a", true, false);
+        let ours = owner();
+        let not_controller = OwnerReference {
+            controller: None,
+            ..ours.clone()
+        };
+        let other_uid = OwnerReference {
+            uid: "uid-of-an-earlier-cache".into(),
+            ..ours.clone()
+        };
+        let someone_else = OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: "uid-9".into(),
+            ..ours
+        };
+        for refs in [
+            None,
+            Some(vec![not_controller]),
+            Some(vec![other_uid]),
+            Some(vec![someone_else]),
+        ] {
+            let mut stranger = crate::desired::desired_service(&mc, owner());
+            stranger.metadata.owner_references.clone_from(&refs);
+            let state = service_state(&mc, Some(&stranger));
+            assert_eq!(state, ServiceState::NotOwned, "{refs:?}");
+            // Everything else in place: still not Ready, and the reason names the Service.
+            let s = status(&mc, Some(&d), state, std::slice::from_ref(&a), None, now());
+            let (status_, reason, message) = ready(&s);
+            assert_eq!(
+                (status_.as_str(), reason.as_str()),
+                ("False", "ServiceNotOwned")
+            );
+            assert!(
+                message.starts_with("Service cache is not controlled by this Memcached"),
+                "{message}"
+            );
+            // The pods are described as they are.
+            assert_eq!((s.replicas, s.ready_replicas), (1, 1));
+        }
+        // A Memcached that has no UID (never stored) owns nothing.
+        let mut unstored = mc.clone();
+        unstored.metadata.uid = None;
+        let own = crate::desired::desired_service(&mc, owner());
+        assert_eq!(service_state(&unstored, Some(&own)), ServiceState::NotOwned);
+    }
+
+    #[test]
+    fn a_missing_service_is_not_ready() {
+        let mc = memcached(1, None);
+        let d = deployment(&mc, 1, 1);
+        let a = pod("cache-abc-a", true, false);
+        let state = service_state::<Service>(&mc, None);
+        assert_eq!(state, ServiceState::Missing);
+        let s = status(&mc, Some(&d), state, std::slice::from_ref(&a), None, now());
+        assert_eq!(
+            ready(&s),
+            (
+                "False".to_owned(),
+                "ServiceMissing".to_owned(),
+                "Service cache does not exist".to_owned()
+            )
+        );
+    }
+
     #[test]
     fn size_zero_is_available() {
         let mc = memcached(0, None);
         let d = deployment(&mc, 0, 0);
         let now = jiff::Timestamp::from_second(100).unwrap();
-        let s = status(&mc, Some(&d), &[], None, now);
+        let s = status(&mc, Some(&d), OWNED, &[], None, now);
         assert!(is_true(&s.conditions, "Available"));
         assert!(s.nodes.is_empty());
     }
@@ -437,7 +603,7 @@ mod tests {
         let none = MemcachedStatus::default();
 
         // The first status: Available only (not Ready, not the initial Degraded=False).
-        let up = status(&mc, Some(&d), std::slice::from_ref(&a), None, now);
+        let up = status(&mc, Some(&d), OWNED, std::slice::from_ref(&a), None, now);
         assert_eq!(
             summary(&none, &up, &ANNOUNCED),
             [("AvailableChanged".into(), "AllPodsAvailable".into(), false)]
@@ -448,6 +614,7 @@ mod tests {
         let refused = status(
             &mc,
             Some(&d),
+            OWNED,
             std::slice::from_ref(&a),
             Some(&Problem::ApplyFailed("denied".into())),
             now,
@@ -459,6 +626,7 @@ mod tests {
         let conflict = status(
             &mc,
             Some(&d),
+            OWNED,
             std::slice::from_ref(&a),
             Some(&Problem::NameConflict("taken".into())),
             now,
@@ -470,6 +638,7 @@ mod tests {
             let finalizing = status(
                 &mc,
                 Some(&d),
+                OWNED,
                 std::slice::from_ref(&a),
                 Some(&Problem::Finalizing),
                 now,
