@@ -31,10 +31,11 @@ use serving::Limits;
 use crate::metrics_auth::{self, ApiServerReviewer, Authorizer, CertFiles};
 use crate::{cli::RunArgs, error::Error, metrics::Metrics};
 
-/// Readiness shared between the runner and `/readyz`, with a detail for the body (the
-/// namespaces whose watches fail, for instance).
+/// Readiness shared between the runner and `/readyz`. Only ready or not: what is not ready
+/// and why (the namespaces whose watches fail, the API's error) is the runner's log's
+/// (`watch status`), never `/readyz`'s, which answers anyone who reaches the pod.
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>, Arc<std::sync::Mutex<String>>);
+pub struct Readiness(Arc<AtomicBool>);
 
 impl Readiness {
     /// Marks the process ready (watches synced, or standing by for leadership) or not.
@@ -48,21 +49,10 @@ impl Readiness {
         self.0.load(Ordering::Acquire)
     }
 
-    /// Sets the lines `/readyz` adds to its body (empty: none).
+    /// Takes what is not ready and why, and keeps nothing of it: the runner logs it, and
+    /// `/readyz` must not serve it (the body once did, naming namespaces and API errors).
     pub fn set_detail(&self, detail: String) {
-        *self
-            .1
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = detail;
-    }
-
-    /// What `/readyz` adds to its body.
-    #[must_use]
-    pub fn detail(&self) -> String {
-        self.1
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        drop(detail);
     }
 }
 
@@ -70,15 +60,13 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+/// `ok` or `not ready`, and nothing else: the detail (which namespaces, which API error) is
+/// in the log (`watch status`), not in an answer to whoever asks.
 async fn readyz(State(ready): State<Readiness>) -> impl IntoResponse {
-    let (status, head) = if ready.is_ready() {
+    if ready.is_ready() {
         (StatusCode::OK, "ok")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "watches not synced yet")
-    };
-    match ready.detail() {
-        detail if detail.is_empty() => (status, head.to_owned()),
-        detail => (status, format!("{head}\n{detail}")),
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
 }
 
@@ -478,6 +466,39 @@ mod tests {
         )
         .await;
         assert!(!answer.contains("controller_runtime"), "{answer}");
+    }
+
+    /// The status and body of `GET path` on the probe router.
+    async fn probe(ready: &Readiness, path: &str) -> (StatusCode, String) {
+        use tower::ServiceExt;
+        let request = axum::http::Request::get(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let answer = health_router(ready.clone()).oneshot(request).await.unwrap();
+        let status = answer.status();
+        let body = axum::body::to_bytes(answer.into_body(), 4096)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readyz_answers_a_fixed_text_without_the_detail() {
+        let ready = Readiness::default();
+        let detail = "namespace tenant-a: not synced, watch failing: \
+                      ApiError: roles.rbac.authorization.k8s.io \"x\" is forbidden (Forbidden)";
+        ready.set_detail(detail.to_owned());
+        let (status, body) = probe(&ready, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not ready");
+        ready.set(true);
+        let (status, body) = probe(&ready, "/readyz").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "ok");
+        assert_eq!(
+            probe(&ready, "/healthz").await,
+            (StatusCode::OK, "ok".into())
+        );
     }
 
     fn args(flags: &[&str]) -> RunArgs {
