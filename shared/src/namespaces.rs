@@ -11,7 +11,7 @@ use std::{fmt, str::FromStr, sync::Arc};
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client, Resource,
     runtime::{
         Controller, WatchStreamExt,
         reflector::{self, Store},
@@ -215,6 +215,8 @@ pub struct Scope {
     /// The operator's own status writes, whose echoes do not trigger its controllers
     /// ([`Scope::with_status_writes`]).
     status_writes: Option<Arc<StatusWrites>>,
+    /// The `apiVersion` and kind of the operator's primary kind ([`Scope::with_owner`]).
+    owner: Option<(String, String)>,
 }
 
 impl fmt::Debug for Scope {
@@ -241,7 +243,20 @@ impl Scope {
             streaming_lists: StreamingLists::Never,
             streaming_served: Arc::new(tokio::sync::OnceCell::new()),
             status_writes: None,
+            owner: None,
         }
+    }
+
+    /// The operator's primary kind `P`: the scope's caches of any other kind
+    /// ([`Scope::reflect`], [`Scope::reflect_into`]) keep only objects whose controller
+    /// owner reference is of kind `P` (the operator's children): an object anyone labelled
+    /// as the operator's, but that it does not control, is dropped as it is read, and one
+    /// that loses its controller leaves the cache. The cache of `P` itself keeps no
+    /// labels, annotations or owner references (no reconcile reads them).
+    #[must_use]
+    pub fn with_owner<P: Resource<DynamicType = ()>>(mut self) -> Self {
+        self.owner = Some((P::api_version(&()).into_owned(), P::kind(&()).into_owned()));
+        self
     }
 
     /// The operator's own status writes (its [`crate::Toolkit`]'s): a primary object's
@@ -360,7 +375,7 @@ impl Scope {
         K: Watched,
     {
         let (store, writer) = reflector::store::<K>();
-        (store, self.reflect_with(wc, Some(writer), |_| {}))
+        (store, self.reflect_with(wc, Some(writer), true, |_| {}))
     }
 
     /// Like [`Scope::reflect`], into `stores`: registers this scope's store there and
@@ -375,7 +390,7 @@ impl Scope {
     {
         let (index, scope) = (Arc::clone(stores), self.namespace.clone());
         let (store, writer) = reflector::store::<K>();
-        let stream = self.reflect_with(wc, Some(writer), move |event| {
+        let stream = self.reflect_with(wc, Some(writer), true, move |event| {
             index.apply(&scope, event);
         });
         stores.insert(self, store);
@@ -396,17 +411,20 @@ impl Scope {
         V: Clone + Send + Sync + 'static,
     {
         let (index, scope) = (Arc::clone(index), self.namespace.clone());
-        self.reflect_with(wc, None, move |event| {
+        self.reflect_with(wc, None, false, move |event| {
             index.apply(&scope, event);
         })
     }
 
     /// The watch of `K` in this scope: its events applied to `writer`'s store (if any),
-    /// then passed to `on_event`, and the changed objects handed on.
+    /// then passed to `on_event`, and the changed objects handed on. With `children_only`
+    /// and a kind other than the scope's owner ([`Scope::with_owner`]), objects the owner
+    /// kind does not control are dropped before they reach the store.
     fn reflect_with<K>(
         &self,
         wc: watcher::Config,
         writer: Option<reflector::store::Writer<K>>,
+        children_only: bool,
         on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
     where
@@ -418,11 +436,17 @@ impl Scope {
             let wc = if streams_lists.await {
                 wc.streaming_lists()
             } else {
-                wc
+                // A page's objects are all in memory at once while it is read: bounded so
+                // that a page of the largest objects etcd stores fits the operator's limit.
+                wc.page_size(LIST_PAGE_SIZE)
             };
             watcher(api, wc)
         })
         .flatten();
+        let is_primary = self.owner.as_ref().is_some_and(|(api_version, kind)| {
+            *api_version == K::api_version(&()) && *kind == K::kind(&())
+        });
+        let controller_kind = self.owner.clone().filter(|_| children_only && !is_primary);
         // Synced = the watcher's first full list is in the store. It is read off the event
         // stream rather than from `Store::wait_until_ready`: that future supports one waiter
         // at a time, and the `Controller` already waits on the primary store's readiness.
@@ -439,9 +463,15 @@ impl Scope {
         let status = self.status.clone();
         let lists = self.lists.clone();
         let namespace = self.namespace.clone();
-        let events = events.default_backoff().modify(|obj: &mut K| {
-            obj.managed_fields_mut().clear();
-        });
+        let events = events
+            .default_backoff()
+            .modify(move |obj: &mut K| trim(obj.meta_mut(), is_primary))
+            .filter_map(move |event| {
+                std::future::ready(match (&controller_kind, event) {
+                    (Some(owner), Ok(event)) => controlled_only(owner, event).map(Ok),
+                    (_, event) => Some(event),
+                })
+            });
         let events = match writer {
             Some(writer) => reflector::reflector(writer, events).left_stream(),
             None => events.right_stream(),
@@ -528,6 +558,47 @@ impl Scope {
     #[must_use]
     pub fn status(&self) -> tokio::sync::watch::Receiver<ScopeStatus> {
         self.status.subscribe()
+    }
+}
+
+/// At most this many objects per page of a list, when the API server does not serve
+/// streaming lists: etcd stores objects of up to 1.5 MiB, and a page is held and parsed
+/// whole, so a page of the largest objects stays within about 15 MiB of text.
+pub const LIST_PAGE_SIZE: u32 = 10;
+
+/// What every cache drops of every object: `managedFields`; of a primary object its
+/// labels, annotations and owner references (no reconcile reads them, and a tenant sets
+/// them at will); of any object all but its first finalizers.
+fn trim(meta: &mut ObjectMeta, is_primary: bool) {
+    meta.managed_fields = None;
+    if is_primary {
+        meta.labels = None;
+        meta.annotations = None;
+        meta.owner_references = None;
+    }
+    if let Some(finalizers) = &mut meta.finalizers {
+        finalizers.truncate(crate::slim::projection::MAX_KEPT_FINALIZERS);
+        finalizers.shrink_to_fit();
+    }
+}
+
+/// `event` as a cache of children keeps it: an object that `owner` (`apiVersion`, kind)
+/// does not control is dropped from a list, and a watch event about one becomes its
+/// deletion (it may have been cached while it was ours).
+fn controlled_only<K: Resource>(
+    owner: &(String, String),
+    event: watcher::Event<K>,
+) -> Option<watcher::Event<K>> {
+    let controlled =
+        |obj: &K| {
+            obj.meta().owner_references.iter().flatten().any(|r| {
+                r.controller == Some(true) && r.api_version == owner.0 && r.kind == owner.1
+            })
+        };
+    match event {
+        watcher::Event::Apply(obj) if !controlled(&obj) => Some(watcher::Event::Delete(obj)),
+        watcher::Event::InitApply(obj) if !controlled(&obj) => None,
+        event => Some(event),
     }
 }
 

@@ -94,6 +94,8 @@ impl Operator {
         let image = std::env::var(image_env).ok();
         crate::telemetry::init(&args);
         tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
+        // Every child is applied under the operator's name: the caches keep its fields.
+        crate::slim::projection::set_field_manager(self.name);
         let metrics = Metrics::new();
         let limit = args.client_rate_limit().map_err(Error::InvalidFlag)?;
         let kube_config = infer_config().await?;
@@ -276,7 +278,8 @@ where
     for namespace in args.watch_namespace.scopes() {
         let scope = Scope::new(client.clone(), namespace)
             .with_streaming_lists(args.streaming_lists)
-            .with_status_writes(guard.status_writes.clone());
+            .with_status_writes(guard.status_writes.clone())
+            .with_owner::<K>();
         let controller = build(&scope, ctx);
         let status = scope.status();
         // The scope's watches pass no list on as triggers: every object is reconciled after

@@ -9,12 +9,15 @@
 //! namespace, the pod cache was most of an operator's memory, and parsing each pod's spec
 //! a good part of its watch's CPU.
 //!
-//! A child an operator server-side applies (a Deployment, a Service) must be compared
-//! whole with what the operator wants, so [`Slim`] keeps it whole but compact: the
-//! metadata as usual, and `spec` and `status` as the JSON text the API server sent. A
-//! Deployment so cached takes about 4 KiB instead of 9.5 KiB as a `k8s_openapi`
-//! Deployment; a reconcile parses it back into the full type ([`Slim::full`]) when it needs
-//! it, which costs less than the clone it made before.
+//! A child an operator server-side applies (a Deployment, a Service) is compared with what
+//! the operator wants, field by field, so [`Slim`] keeps the fields the operator's field
+//! manager owns ([`projection`]) and the status, as JSON text, and nothing a tenant added
+//! beside them: what one cached child takes is bounded by what the operator applies
+//! (and by [`projection::MAX_KEPT_SPEC`]), not by what the object holds. A reconcile parses
+//! it back into the full type ([`Slim::full`]) when it needs it.
+//!
+//! Pods keep only the labels in [`KEPT_POD_LABELS`]; every cached object only its
+//! controller owner reference and its first finalizers.
 
 use std::{
     borrow::Cow,
@@ -31,7 +34,9 @@ use k8s_openapi::{
 };
 use kube::Resource;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use serde_json::value::RawValue;
+use serde_json::{Value, value::RawValue};
+
+pub mod projection;
 
 /// `metadata` without `managedFields`: [`SlimPod`] and [`Slim`] parse into it, and the JSON of the
 /// managed fields (often the larger part of an object's metadata, and a tree of maps once
@@ -107,6 +112,12 @@ impl Pairs {
         self.0.len()
     }
 
+    /// The bytes of its keys and values together.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.0.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+
     /// Whether there are none.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -122,6 +133,21 @@ impl Pairs {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect()
         })
+    }
+
+    /// Only the pairs whose key is one of `keys`.
+    #[must_use]
+    pub fn kept(self, keys: &[&str]) -> Self {
+        if self.iter().all(|(k, _)| keys.contains(&k)) {
+            return self;
+        }
+        Pairs(
+            self.0
+                .into_vec()
+                .into_iter()
+                .filter(|(k, _)| keys.contains(&&**k))
+                .collect(),
+        )
     }
 
     fn from_pairs(mut pairs: Vec<(Box<str>, Box<str>)>) -> Self {
@@ -187,6 +213,22 @@ impl<'de> Deserialize<'de> for Pairs {
     }
 }
 
+/// The only labels a [`SlimPod`] keeps: those the operators read or set on their pods (the
+/// `app.kubernetes.io` ones, PodSet's `app` and `version`, and the Deployment controller's
+/// `pod-template-hash`). A pod's labels are a tenant's to set, and any others, however
+/// many, are dropped while parsing.
+pub const KEPT_POD_LABELS: &[&str] = &[
+    "app",
+    "version",
+    "pod-template-hash",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/version",
+];
+
 /// A Pod as the operators cache it: its metadata without `managedFields`, `status.phase`
 /// and whether its `Ready` condition is `True`. Watched and listed as the `v1` `pods`
 /// resource; every other field of the API object is skipped while parsing.
@@ -214,8 +256,10 @@ impl<'de> Deserialize<'de> for SlimPod {
         }
         let wire = Wire::deserialize(d)?;
         let mut meta = wire.metadata.unwrap_or_default();
-        let labels = std::mem::take(&mut meta.labels);
+        let labels = std::mem::take(&mut meta.labels).kept(KEPT_POD_LABELS);
         meta.annotations = Pairs::default();
+        bound_meta(&mut meta);
+        meta.finalizers = None;
         Ok(SlimPod {
             metadata: meta.into(),
             labels,
@@ -309,7 +353,7 @@ impl SlimPod {
 impl From<Pod> for SlimPod {
     fn from(pod: Pod) -> Self {
         let mut metadata = pod.metadata;
-        let labels = Pairs::from(metadata.labels.take());
+        let labels = Pairs::from(metadata.labels.take()).kept(KEPT_POD_LABELS);
         SlimPod {
             metadata: ObjectMeta {
                 managed_fields: None,
@@ -482,40 +526,126 @@ struct Parts<M, R> {
 }
 
 impl<'de, K> Deserialize<'de> for Slim<K> {
+    /// Keeps, of the object the API server sent, its identity and controller, the labels,
+    /// annotations and `spec` fields this operator's field manager owns (see [`projection`]),
+    /// and its `status`, each within its bound; everything else is read and dropped.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let parts = Parts::<Option<LeanMeta>, Box<RawValue>>::deserialize(d)?;
-        let mut meta = parts.metadata.unwrap_or_default();
-        let labels = std::mem::take(&mut meta.labels);
-        let annotations = std::mem::take(&mut meta.annotations);
+        use serde::de::Error as _;
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            metadata: Option<Value>,
+            #[serde(default)]
+            spec: Option<Value>,
+            #[serde(default)]
+            status: Option<Box<RawValue>>,
+        }
+        let wire = Wire::deserialize(d)?;
+        let mut metadata = match wire.metadata {
+            Some(Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        let managed = metadata
+            .remove("managedFields")
+            .filter(|m| m.as_array().is_some_and(|a| !a.is_empty()));
+        let labels = metadata.remove("labels").unwrap_or(Value::Null);
+        let annotations = metadata.remove("annotations").unwrap_or(Value::Null);
+        let (labels, annotations, spec) = match managed {
+            // From an API server: only what our field manager owns.
+            Some(managed) => {
+                let owned = projection::field_manager()
+                    .and_then(|m| projection::owned_fields(&managed, m))
+                    .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+                let meta = owned.get("f:metadata");
+                let pick = |value: Value, key: &str| match meta.and_then(|m| m.get(key)) {
+                    Some(fields) => projection::project(&value, fields),
+                    None => Value::Null,
+                };
+                let spec = match (wire.spec, owned.get("f:spec")) {
+                    (Some(spec), Some(fields)) => Some(projection::project(&spec, fields)),
+                    _ => None,
+                };
+                (
+                    pick(labels, "f:labels"),
+                    pick(annotations, "f:annotations"),
+                    spec,
+                )
+            }
+            // Built by hand (tests, fixtures): kept as they are, within the bounds.
+            None => (labels, annotations, wire.spec),
+        };
+        let mut meta: LeanMeta =
+            serde_json::from_value(Value::Object(metadata)).map_err(D::Error::custom)?;
+        bound_meta(&mut meta);
+        let pairs = |v: Value| -> Result<Pairs, D::Error> {
+            let p = Pairs::deserialize(v).map_err(D::Error::custom)?;
+            Ok(if p.bytes() > projection::MAX_KEPT_PAIRS {
+                Pairs::default()
+            } else {
+                p
+            })
+        };
+        let spec = spec
+            .map(|s| serde_json::value::to_raw_value(&s).map_err(D::Error::custom))
+            .transpose()?
+            .filter(|s| s.get().len() <= projection::MAX_KEPT_SPEC);
+        let status = wire
+            .status
+            .filter(|s| s.get().len() <= projection::MAX_KEPT_STATUS);
         Ok(Slim {
             metadata: meta.into(),
-            labels,
-            annotations,
-            spec: parts.spec,
-            status: parts.status,
+            labels: pairs(labels)?,
+            annotations: pairs(annotations)?,
+            spec,
+            status,
             holds: AtomicU64::new(0),
             kind: PhantomData,
         })
     }
 }
 
+/// Bounds what a cached object's metadata keeps whatever its content: only the controller
+/// owner reference (the API server allows one), the first [`projection::MAX_KEPT_FINALIZERS`]
+/// finalizers, no `generateName` or `selfLink`.
+fn bound_meta(meta: &mut LeanMeta) {
+    if let Some(refs) = &mut meta.owner_references {
+        refs.retain(|r| r.controller == Some(true));
+        refs.truncate(1);
+        refs.shrink_to_fit();
+    }
+    if let Some(finalizers) = &mut meta.finalizers {
+        finalizers.truncate(projection::MAX_KEPT_FINALIZERS);
+        finalizers.shrink_to_fit();
+    }
+    meta.generate_name = None;
+    meta.self_link = None;
+}
+
 impl<K: Resource<DynamicType = ()> + DeserializeOwned + Serialize> Slim<K> {
     /// The object as `K`, parsed from the kept JSON.
     ///
+    /// The kept fields of the spec are those our field manager owns: when someone else took
+    /// over a field `K` requires (its spec then does not parse), the object comes without
+    /// its spec, which a comparison with the desired one finds out of sync.
+    ///
     /// # Errors
-    /// [`crate::Error::Serialize`] if the kept JSON is not a `K` (it came from one).
+    /// [`crate::Error::Serialize`] if the kept metadata and status are not a `K` (they came
+    /// from one).
     pub fn full(&self) -> Result<K, crate::Error> {
-        let parts = Parts {
-            metadata: WholeMeta {
-                meta: &self.metadata,
-                labels: &self.labels,
-                annotations: &self.annotations,
-            },
-            spec: self.spec.as_deref(),
-            status: self.status.as_deref(),
+        let parse = |spec: Option<&RawValue>| {
+            let parts = Parts {
+                metadata: WholeMeta {
+                    meta: &self.metadata,
+                    labels: &self.labels,
+                    annotations: &self.annotations,
+                },
+                spec,
+                status: self.status.as_deref(),
+            };
+            serde_json::to_string(&parts).and_then(|text| serde_json::from_str(&text))
         };
-        serde_json::to_string(&parts)
-            .and_then(|text| serde_json::from_str(&text))
+        parse(self.spec.as_deref())
+            .or_else(|_| parse(None))
             .map_err(|source| crate::Error::Serialize {
                 what: format!("cached {} {:?}", K::kind(&()), self.metadata.name),
                 source,
@@ -618,6 +748,9 @@ mod tests {
         assert_eq!(SlimPod::from(full), parsed);
     }
 
+    /// The field manager of the objects in these tests.
+    const MANAGER: &str = "m";
+
     /// Every field of `ObjectMeta` but `managedFields`, as the API server sends it.
     fn full_metadata() -> serde_json::Value {
         serde_json::json!({
@@ -662,17 +795,26 @@ mod tests {
             lean_meta(serde_json::Value::Null).unwrap(),
             ObjectMeta::default()
         );
+        // A child keeps of its metadata what the field manager `m` owns (the label `app`),
+        // its identity, its controller and finalizers.
+        projection::set_field_manager(MANAGER);
         let slim: Slim<k8s_openapi::api::apps::v1::Deployment> =
             serde_json::from_value(serde_json::json!({"metadata": full_metadata()})).unwrap();
-        assert_eq!(slim.full().unwrap().metadata, want);
-        assert_eq!(slim.clone().full().unwrap().metadata, want);
+        let kept = ObjectMeta {
+            annotations: None,
+            generate_name: None,
+            self_link: None,
+            ..want
+        };
+        assert_eq!(slim.full().unwrap().metadata, kept);
+        assert_eq!(slim.clone().full().unwrap().metadata, kept);
         // Kept apart, not twice.
         assert_eq!(
             (slim.metadata.labels, slim.metadata.annotations),
             (None, None)
         );
         assert_eq!(slim.labels.get("app"), Some("x"));
-        assert_eq!(slim.annotations.get("a"), Some("1"));
+        assert_eq!(slim.annotations.get("a"), None);
     }
 
     #[test]

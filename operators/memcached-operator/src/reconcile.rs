@@ -211,27 +211,39 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
 /// kube's `finalizer` would add it and return, leaving the children to the reconcile the
 /// finalizer's own watch event triggers, and the debounce defers that one: a new Memcached
 /// waited 500 ms for its Deployment. Added here, the same reconcile goes on to the
-/// children. The patch carries the `resourceVersion` it was computed from, so it replaces
-/// the list only if nobody changed the object meanwhile (else 409, retried with backoff).
+/// children. The patch appends to the list (the cache keeps only its first entries, so it
+/// never writes the list whole) and carries the `resourceVersion` it was computed from, so
+/// it applies only if nobody changed the object meanwhile (else 409 or 422, retried with
+/// backoff).
 async fn add_finalizer(api: &Api<Memcached>, mc: Arc<Memcached>) -> Result<Arc<Memcached>, Error> {
     if mc.metadata.deletion_timestamp.is_some() || mc.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(mc);
     }
-    let mut finalizers = mc.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_owned());
-    let mut metadata = serde_json::json!({ "finalizers": finalizers });
-    if let Some(version) = mc.resource_version() {
-        metadata["resourceVersion"] = version.into();
-    }
-    let patch = serde_json::json!({ "metadata": metadata });
+    let patch = finalizer_patch(mc.resource_version(), mc.finalizers().is_empty());
     let patched = api
         .patch(
             &mc.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &Patch::<()>::Json(patch),
         )
         .await?;
     Ok(Arc::new(patched))
+}
+
+/// The JSON patch that adds [`FINALIZER`] to a Memcached at `version`: the list created
+/// when it has `none`, else the finalizer appended to it.
+fn finalizer_patch(version: Option<String>, none: bool) -> json_patch::Patch {
+    let mut ops = Vec::new();
+    if let Some(version) = version {
+        ops.push(serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}));
+    }
+    ops.push(if none {
+        serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
+    } else {
+        serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
+    });
+    // Each operation above is a valid JSON patch operation.
+    serde_json::from_value(serde_json::Value::Array(ops)).unwrap_or_default()
 }
 
 /// What writing one child came to.
@@ -602,9 +614,23 @@ mod tests {
         );
         let seen = api.seen();
         assert_eq!(
-            seen[0].body["metadata"],
-            serde_json::json!({"finalizers": [FINALIZER], "resourceVersion": "1"}),
+            seen[0].body,
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "1"},
+                {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}
+            ]),
             "the list, only if nobody changed the object meanwhile"
+        );
+    }
+
+    #[test]
+    fn the_finalizer_is_appended_to_a_list_the_cache_may_hold_in_part() {
+        assert_eq!(
+            serde_json::to_value(finalizer_patch(Some("9".into()), false)).unwrap(),
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "9"},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}
+            ])
         );
     }
 
