@@ -280,14 +280,15 @@ pub async fn serve(
             MetricsSecurity::Secure { tls, authorizer } => {
                 tracing::info!(%addr, "serving {what} (https, authenticated and authorized by the API server)");
                 let router = router.layer(axum::middleware::from_fn_with_state(
-                    authorizer,
+                    authorizer.clone(),
                     metrics_auth::require_authorized,
                 ));
                 tokio::spawn(serving::serve(
                     listener,
                     router,
                     limits,
-                    metrics_auth::tls_handshake(tls),
+                    // Tags each connection with its peer, for the per-peer cap on reviews.
+                    metrics_auth::tls_handshake(tls, authorizer),
                     std::future::pending(),
                 ));
             }
@@ -466,6 +467,92 @@ mod tests {
         )
         .await;
         assert!(!answer.contains("controller_runtime"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn metrics_reviews_count_against_the_connections_peer() {
+        use crate::metrics_auth::{MAX_REVIEWS_PER_PEER, test_files::GatedReviewer};
+        use std::sync::atomic::Ordering;
+        let (dir, files) = cert_files("health-peers-test");
+        let cert = write_self_signed(&files, "localhost");
+        let (reviewer, asked, gate) = GatedReviewer::shut();
+        let authorizer = Arc::new(Authorizer::new(reviewer));
+        let bound = serve(
+            Endpoints {
+                metrics: local(),
+                metrics_security: MetricsSecurity::Secure {
+                    tls: metrics_auth::tls_config(Some(&files)).unwrap(),
+                    authorizer: authorizer.clone(),
+                },
+                health: None,
+                probe_limits: Limits::PROBES,
+                metrics_limits: Limits::METRICS,
+            },
+            Metrics::new(),
+            Readiness::default(),
+        )
+        .await
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr = bound[0].1;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        // `GET /metrics` with `token` from 127.0.0.`host`, on a task of its own.
+        let scrape = |host: u8, token: &str| {
+            let (connector, request) = (connector.clone(), get("/metrics", Some(token)));
+            tokio::spawn(async move {
+                let tcp = connect_from(host, addr).await;
+                let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+                let tls = connector.connect(name, tcp).await.unwrap();
+                exchange(tls, &request).await
+            })
+        };
+        let reviews_reach = |n: usize| {
+            let asked = asked.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while asked.load(Ordering::SeqCst) < n && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                asked.load(Ordering::SeqCst)
+            }
+        };
+        // One peer's new tokens: its share is reviewed, the next is refused at once.
+        let mut held: Vec<_> = (0..MAX_REVIEWS_PER_PEER)
+            .map(|i| scrape(2, &format!("token-{i}")))
+            .collect();
+        assert_eq!(
+            reviews_reach(MAX_REVIEWS_PER_PEER).await,
+            MAX_REVIEWS_PER_PEER
+        );
+        let answer = scrape(2, "one-more").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+        // Another peer is reviewed meanwhile.
+        held.push(scrape(3, "other-peer"));
+        assert_eq!(
+            reviews_reach(MAX_REVIEWS_PER_PEER + 1).await,
+            MAX_REVIEWS_PER_PEER + 1
+        );
+        gate.close();
+        for answer in held {
+            let answer = answer.await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), MAX_REVIEWS_PER_PEER + 1);
+        // A closed connection's tag goes with it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while authorizer.tagged_connections() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(authorizer.tagged_connections(), 0);
     }
 
     /// The status and body of `GET path` on the probe router.

@@ -6,10 +6,21 @@
 //! 3. and whose user a `SubjectAccessReview` (`authorization.k8s.io/v1`) allows the
 //!    request's verb on its non-resource path, e.g. `get` on `/metrics` (else `403`).
 //!
-//! The answers are cached (allowed: 1 min, denied: 10 s, at most 1,024 entries, keyed by
-//! a SHA-256 of token, verb and path, so no token is kept), so a Prometheus scraping
-//! every 15 s costs two API calls a minute, not two per scrape. An API server that cannot
-//! be asked gives `500` and nothing is cached.
+//! The answers are cached, keyed by a SHA-256 of token, verb and path (no token is kept):
+//! allowed ones for 1 min (at most 1,024), refused ones (unauthenticated or forbidden) for
+//! 10 s in a cache of their own (at most 256), so a Prometheus scraping every 15 s costs
+//! two API calls a minute, not two per scrape, a rejected token is not reviewed again
+//! within 10 s, and a flood of made-up tokens, which fills only the refused answers'
+//! cache, never evicts the scraper's allowed answer. An API server that cannot be asked
+//! gives `500` and nothing is cached.
+//!
+//! Whoever reaches the port chooses the tokens, so the reviews are bounded too: none for a
+//! request without a bearer token, at most [`MAX_REVIEWS_IN_FLIGHT`] in flight at once and
+//! at most [`MAX_REVIEWS_PER_PEER`] for one peer (a source IP address); a request over a cap
+//! gets `429` at once, without asking the API server (a cached answer is never refused).
+//! The peer of a request is that of its connection: [`tls_handshake`] tags the task that
+//! serves the connection ([`serving`] serves each connection on a task of its own, the
+//! request included), and the middleware looks the tag up.
 //!
 //! The certificate is `tls.crt`/`tls.key` (PEM) from a directory (e.g. a cert-manager
 //! Secret mounted into the pod; reloaded when the files change), or self-signed and
@@ -19,8 +30,11 @@
 use std::{
     collections::HashMap,
     io,
+    net::IpAddr,
     path::Path,
+    pin::Pin,
     sync::{Arc, Mutex},
+    task::{Context, Poll},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -40,14 +54,24 @@ use kube::{
     api::{Api, PostParams},
 };
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject};
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+    time::Instant as TokioInstant,
+};
 
 /// How long an allowed request's answer is reused.
 pub const ALLOW_TTL: Duration = Duration::from_secs(60);
 /// How long a refused (401 or 403) request's answer is reused.
 pub const DENY_TTL: Duration = Duration::from_secs(10);
-/// At most this many answers are cached.
+/// At most this many allowed answers are cached.
 pub const CACHE_CAPACITY: usize = 1024;
+/// At most this many refused answers are cached (apart from the allowed ones).
+pub const DENY_CACHE_CAPACITY: usize = 256;
+/// At most this many reviews are asked of the API server at once.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 8;
+/// At most this many reviews are asked at once for the requests of one peer.
+pub const MAX_REVIEWS_PER_PEER: usize = 2;
 
 /// What the API server said about a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,10 +166,18 @@ impl Reviewer for ApiServerReviewer {
     }
 }
 
-/// A [`Reviewer`] with a bounded cache of its answers.
+/// A [`Reviewer`] behind bounded caches of its answers and caps on the reviews in flight
+/// (see the module docs).
 pub struct Authorizer {
     reviewer: Box<dyn Reviewer>,
-    cache: Mutex<Cache>,
+    /// Allowed answers: only tokens the API server authenticated and authorized fill it.
+    allowed: Mutex<Cache>,
+    /// Refused answers (unauthenticated or forbidden): anyone can fill it, so it is apart
+    /// and smaller.
+    refused: Mutex<Cache>,
+    in_flight: Mutex<InFlight>,
+    /// The peer of each connection being served, by the task that serves it.
+    connections: Mutex<HashMap<tokio::task::Id, IpAddr>>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -154,46 +186,159 @@ impl std::fmt::Debug for Authorizer {
     }
 }
 
+/// Why a request could not be decided.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// [`MAX_REVIEWS_IN_FLIGHT`] reviews are in flight, or [`MAX_REVIEWS_PER_PEER`] for
+    /// the request's peer: not asked (`429`).
+    #[error("too many reviews in flight")]
+    Busy,
+    /// The API server could not be asked (`500`; not cached).
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
 impl Authorizer {
     /// Caches the answers of `reviewer`.
     #[must_use]
     pub fn new(reviewer: impl Reviewer) -> Self {
         Self {
             reviewer: Box::new(reviewer),
-            cache: Mutex::new(Cache::new(CACHE_CAPACITY)),
+            allowed: Mutex::new(Cache::new(CACHE_CAPACITY)),
+            refused: Mutex::new(Cache::new(DENY_CACHE_CAPACITY)),
+            in_flight: Mutex::new(InFlight::default()),
+            connections: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The decision for `token` doing `verb` on `path`: cached, or asked.
+    /// The decision for `token` doing `verb` on `path`, for a request from `peer` (`None`:
+    /// unknown, held to the overall cap only): cached, or asked when the caps allow.
     ///
     /// # Errors
-    /// When the API server could not be asked.
+    /// [`ReviewError::Busy`] over a cap, [`ReviewError::Api`] when the API server could
+    /// not be asked.
     pub async fn decide(
         &self,
+        peer: Option<IpAddr>,
         token: &str,
         verb: &str,
         path: &str,
-    ) -> Result<Decision, kube::Error> {
+    ) -> Result<Decision, ReviewError> {
         let key = cache_key(token, verb, path);
-        let now = Instant::now();
-        if let Some(hit) = self.lock().get(&key, now) {
+        let now = TokioInstant::now();
+        if let Some(hit) = lock(&self.allowed).get(&key, now) {
             return Ok(hit);
         }
+        if let Some(hit) = lock(&self.refused).get(&key, now) {
+            return Ok(hit);
+        }
+        let _slot = InFlight::take(&self.in_flight, peer).ok_or(ReviewError::Busy)?;
         let decision = self.reviewer.review(token, verb, path).await?;
-        let ttl = match decision {
-            Decision::Allowed { .. } => ALLOW_TTL,
-            _ => DENY_TTL,
-        };
-        self.lock()
-            .insert(key, decision.clone(), Instant::now() + ttl);
+        let now = TokioInstant::now();
+        match decision {
+            Decision::Allowed { .. } => {
+                lock(&self.allowed).insert(key, decision.clone(), now, now + ALLOW_TTL);
+            }
+            Decision::Unauthenticated | Decision::Forbidden { .. } => {
+                lock(&self.refused).insert(key, decision.clone(), now, now + DENY_TTL);
+            }
+        }
         Ok(decision)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
-        // A panic while holding the lock leaves a cache that is still consistent.
-        self.cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Remembers that the current task serves a connection from `peer`, until the
+    /// returned tag drops (with the connection). `None` outside a Tokio task.
+    fn connection_from(self: &Arc<Self>, peer: IpAddr) -> Option<ConnectionTag> {
+        let task = tokio::task::try_id()?;
+        lock(&self.connections).insert(task, peer.to_canonical());
+        Some(ConnectionTag {
+            auth: Arc::downgrade(self),
+            task,
+        })
+    }
+
+    /// How many connections are tagged with their peer.
+    #[cfg(test)]
+    pub(crate) fn tagged_connections(&self) -> usize {
+        lock(&self.connections).len()
+    }
+
+    /// The peer of the connection the current task serves, if [`tls_handshake`] tagged it.
+    fn peer_of_current_task(&self) -> Option<IpAddr> {
+        let task = tokio::task::try_id()?;
+        lock(&self.connections).get(&task).copied()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock leaves maps that are still consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reviews in flight, overall and per peer (an entry only while it has one).
+#[derive(Debug, Default)]
+struct InFlight {
+    total: usize,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+impl InFlight {
+    /// A slot for one review for `peer`, held until the slot drops; `None` over a cap.
+    fn take(this: &Mutex<InFlight>, peer: Option<IpAddr>) -> Option<Slot<'_>> {
+        let mut in_flight = lock(this);
+        if in_flight.total >= MAX_REVIEWS_IN_FLIGHT {
+            return None;
+        }
+        if let Some(peer) = peer {
+            let mine = in_flight.per_peer.entry(peer).or_default();
+            if *mine >= MAX_REVIEWS_PER_PEER {
+                return None;
+            }
+            *mine += 1;
+        }
+        in_flight.total += 1;
+        Some(Slot {
+            in_flight: this,
+            peer,
+        })
+    }
+}
+
+/// One review in flight; dropped when it is answered or its request is abandoned.
+struct Slot<'a> {
+    in_flight: &'a Mutex<InFlight>,
+    peer: Option<IpAddr>,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = lock(self.in_flight);
+        in_flight.total = in_flight.total.saturating_sub(1);
+        if let Some(peer) = self.peer
+            && let Some(mine) = in_flight.per_peer.get_mut(&peer)
+        {
+            *mine = mine.saturating_sub(1);
+            if *mine == 0 {
+                in_flight.per_peer.remove(&peer);
+            }
+        }
+    }
+}
+
+/// Forgets a connection's peer when the connection's stream drops.
+#[derive(Debug)]
+struct ConnectionTag {
+    auth: std::sync::Weak<Authorizer>,
+    task: tokio::task::Id,
+}
+
+impl Drop for ConnectionTag {
+    fn drop(&mut self) {
+        if let Some(auth) = self.auth.upgrade() {
+            lock(&auth.connections).remove(&self.task);
+        }
     }
 }
 
@@ -215,7 +360,7 @@ fn cache_key(token: &str, verb: &str, path: &str) -> Key {
 #[derive(Debug)]
 struct Cache {
     capacity: usize,
-    entries: HashMap<Key, (Decision, Instant)>,
+    entries: HashMap<Key, (Decision, TokioInstant)>,
 }
 
 impl Cache {
@@ -226,7 +371,7 @@ impl Cache {
         }
     }
 
-    fn get(&mut self, key: &Key, now: Instant) -> Option<Decision> {
+    fn get(&mut self, key: &Key, now: TokioInstant) -> Option<Decision> {
         match self.entries.get(key) {
             Some((decision, expires)) if *expires > now => Some(decision.clone()),
             Some(_) => {
@@ -237,9 +382,8 @@ impl Cache {
         }
     }
 
-    fn insert(&mut self, key: Key, decision: Decision, expires: Instant) {
+    fn insert(&mut self, key: Key, decision: Decision, now: TokioInstant, expires: TokioInstant) {
         if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
-            let now = Instant::now();
             self.entries.retain(|_, (_, e)| *e > now);
             while self.entries.len() >= self.capacity {
                 let soonest = self
@@ -288,12 +432,14 @@ pub async fn require_authorized(
         )
             .into_response()
     };
+    // No token, no review: nothing to ask the API server about.
     let Some(token) = bearer(&request) else {
         return unauthorized();
     };
     let verb = request.method().as_str().to_ascii_lowercase();
     let path = request.uri().path().to_owned();
-    match auth.decide(token, &verb, &path).await {
+    let peer = auth.peer_of_current_task();
+    match auth.decide(peer, token, &verb, &path).await {
         Ok(Decision::Allowed { .. }) => next.run(request).await,
         Ok(Decision::Unauthenticated) => unauthorized(),
         Ok(Decision::Forbidden { user }) => {
@@ -304,7 +450,17 @@ pub async fn require_authorized(
             )
                 .into_response()
         }
-        Err(error) => {
+        Err(ReviewError::Busy) => {
+            // Debug only: the client chooses how often this happens.
+            tracing::debug!(?peer, "too many metrics reviews in flight; refused");
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                "Too many authentication requests in flight\n",
+            )
+                .into_response()
+        }
+        Err(ReviewError::Api(error)) => {
             tracing::warn!(%error, "cannot review a metrics request with the API server");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -487,18 +643,78 @@ fn self_signed() -> io::Result<CertAndKey> {
     ))
 }
 
-/// The TLS handshake for [`serving::serve`].
+/// The TLS handshake for [`serving::serve`]. Each connection's stream is tagged with its
+/// peer for `authorizer` until it drops, so the reviews of its requests count against that
+/// peer ([`MAX_REVIEWS_PER_PEER`]).
 pub fn tls_handshake(
     config: Arc<rustls::ServerConfig>,
-) -> impl Fn(TcpStream) -> BoxFuture<'static, io::Result<tokio_rustls::server::TlsStream<TcpStream>>>
+    authorizer: Arc<Authorizer>,
+) -> impl Fn(
+    TcpStream,
+) -> BoxFuture<'static, io::Result<Tagged<tokio_rustls::server::TlsStream<TcpStream>>>>
 + Clone
 + Send
 + Sync
 + 'static {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     move |stream| {
-        let acceptor = acceptor.clone();
-        Box::pin(async move { acceptor.accept(stream).await })
+        let (acceptor, authorizer) = (acceptor.clone(), authorizer.clone());
+        Box::pin(async move {
+            // On the task that serves the connection (and its requests).
+            let tag = match stream.peer_addr() {
+                Ok(addr) => authorizer.connection_from(addr.ip()),
+                Err(_) => None,
+            };
+            let stream = acceptor.accept(stream).await?;
+            Ok(Tagged { stream, _tag: tag })
+        })
+    }
+}
+
+/// A connection's stream, tagged with its peer while it lives ([`tls_handshake`]).
+#[derive(Debug)]
+pub struct Tagged<S> {
+    stream: S,
+    _tag: Option<ConnectionTag>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tagged<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tagged<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -564,6 +780,43 @@ pub(crate) mod test_files {
             })
         }
     }
+
+    /// A reviewer for the tests that holds every review until its gate closes, then
+    /// answers `Unauthenticated`; counts the reviews it was asked for.
+    pub(crate) struct GatedReviewer {
+        pub(crate) asked: Arc<AtomicUsize>,
+        pub(crate) gate: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl GatedReviewer {
+        /// A reviewer whose gate is shut; returns it with its count and its gate (`close`
+        /// it to let every review answer).
+        pub(crate) fn shut() -> (Self, Arc<AtomicUsize>, Arc<tokio::sync::Semaphore>) {
+            let asked = Arc::new(AtomicUsize::new(0));
+            let gate = Arc::new(tokio::sync::Semaphore::new(0));
+            let reviewer = Self {
+                asked: asked.clone(),
+                gate: gate.clone(),
+            };
+            (reviewer, asked, gate)
+        }
+    }
+
+    impl Reviewer for GatedReviewer {
+        fn review<'a>(
+            &'a self,
+            _token: &'a str,
+            _verb: &'a str,
+            _path: &'a str,
+        ) -> BoxFuture<'a, Result<Decision, kube::Error>> {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                // Closed: every waiting review goes on.
+                let _ = self.gate.acquire().await;
+                Ok(Decision::Unauthenticated)
+            })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -580,7 +833,9 @@ mod tests {
         let auth = Authorizer::new(FakeReviewer(calls.clone()));
         for _ in 0..3 {
             assert_eq!(
-                auth.decide("reader", "get", "/metrics").await.unwrap(),
+                auth.decide(None, "reader", "get", "/metrics")
+                    .await
+                    .unwrap(),
                 Decision::Allowed {
                     user: "reader".into()
                 }
@@ -592,21 +847,221 @@ mod tests {
             "one review for three scrapes"
         );
         assert!(matches!(
-            auth.decide("reader", "post", "/metrics").await.unwrap(),
+            auth.decide(None, "reader", "post", "/metrics")
+                .await
+                .unwrap(),
             Decision::Forbidden { .. }
         ));
         assert!(matches!(
-            auth.decide("stranger", "get", "/metrics").await.unwrap(),
+            auth.decide(None, "stranger", "get", "/metrics")
+                .await
+                .unwrap(),
             Decision::Forbidden { .. }
         ));
         assert_eq!(
-            auth.decide("nope", "get", "/metrics").await.unwrap(),
+            auth.decide(None, "nope", "get", "/metrics").await.unwrap(),
             Decision::Unauthenticated
         );
         assert_eq!(calls.load(Ordering::SeqCst), 4);
-        assert!(auth.decide("broken", "get", "/metrics").await.is_err());
-        assert!(auth.decide("broken", "get", "/metrics").await.is_err());
+        assert!(
+            auth.decide(None, "broken", "get", "/metrics")
+                .await
+                .is_err()
+        );
+        assert!(
+            auth.decide(None, "broken", "get", "/metrics")
+                .await
+                .is_err()
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 6, "errors are asked again");
+    }
+
+    /// A router serving `/metrics` behind [`require_authorized`] with `auth`.
+    fn guarded(auth: Arc<Authorizer>) -> axum::Router {
+        axum::Router::new()
+            .route("/metrics", axum::routing::get(|| async { "metrics" }))
+            .layer(axum::middleware::from_fn_with_state(
+                auth,
+                require_authorized,
+            ))
+    }
+
+    /// The status of `GET /metrics` with the `Authorization` header `authorization`.
+    async fn status_of(router: &axum::Router, authorization: Option<&str>) -> StatusCode {
+        use tower::ServiceExt;
+        let mut request = axum::http::Request::get("/metrics");
+        if let Some(value) = authorization {
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        let request = request.body(axum::body::Body::empty()).unwrap();
+        router.clone().oneshot(request).await.unwrap().status()
+    }
+
+    #[tokio::test]
+    async fn a_request_without_a_bearer_token_is_refused_without_a_review() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let router = guarded(Arc::new(Authorizer::new(FakeReviewer(calls.clone()))));
+        for authorization in [
+            None,
+            Some("Basic cmVhZGVyOng="),
+            Some("Bearer "),
+            Some("reader"),
+        ] {
+            assert_eq!(
+                status_of(&router, authorization).await,
+                StatusCode::UNAUTHORIZED,
+                "{authorization:?}"
+            );
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "no token, no review");
+        assert_eq!(
+            status_of(&router, Some("Bearer reader")).await,
+            StatusCode::OK
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// Lets the spawned tasks run until they wait on something.
+    async fn settle() {
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn reviews_in_flight_are_capped_per_peer_and_overall() {
+        let (reviewer, asked, gate) = test_files::GatedReviewer::shut();
+        let auth = Arc::new(Authorizer::new(reviewer));
+        let ask = |peer: Option<&str>, token: String| {
+            let auth = auth.clone();
+            let peer = peer.map(|p| p.parse::<IpAddr>().unwrap());
+            tokio::spawn(async move { auth.decide(peer, &token, "get", "/metrics").await })
+        };
+        // Six new tokens at once from one peer: two reach the API server, four are
+        // refused at once.
+        let mut waiting = Vec::new();
+        let mut refused = Vec::new();
+        for i in 0..6 {
+            waiting.push(ask(Some("10.0.0.1"), format!("one-{i}")));
+        }
+        settle().await;
+        assert_eq!(asked.load(Ordering::SeqCst), MAX_REVIEWS_PER_PEER);
+        for task in std::mem::take(&mut waiting) {
+            if task.is_finished() {
+                refused.push(task);
+            } else {
+                waiting.push(task);
+            }
+        }
+        assert_eq!(waiting.len(), MAX_REVIEWS_PER_PEER);
+        assert_eq!(refused.len(), 6 - MAX_REVIEWS_PER_PEER);
+        for task in refused {
+            assert!(matches!(task.await.unwrap(), Err(ReviewError::Busy)));
+        }
+        // Other peers get their share, until the overall cap.
+        for peer in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
+            for i in 0..MAX_REVIEWS_PER_PEER {
+                waiting.push(ask(Some(peer), format!("{peer}-{i}")));
+            }
+        }
+        settle().await;
+        assert_eq!(asked.load(Ordering::SeqCst), MAX_REVIEWS_IN_FLIGHT);
+        for peer in [Some("10.0.0.5"), None] {
+            let over = ask(peer, "one-too-many".into()).await.unwrap();
+            assert!(matches!(over, Err(ReviewError::Busy)), "{peer:?}: {over:?}");
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), MAX_REVIEWS_IN_FLIGHT);
+        // Answered: the slots are free again.
+        gate.close();
+        for task in waiting {
+            assert_eq!(task.await.unwrap().unwrap(), Decision::Unauthenticated);
+        }
+        assert_eq!(
+            ask(Some("10.0.0.1"), "later".into())
+                .await
+                .unwrap()
+                .unwrap(),
+            Decision::Unauthenticated
+        );
+        assert_eq!(asked.load(Ordering::SeqCst), MAX_REVIEWS_IN_FLIGHT + 1);
+        assert_eq!(lock(&auth.in_flight).total, 0);
+        assert!(lock(&auth.in_flight).per_peer.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_made_up_tokens_does_not_evict_the_scrapers_answer() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let auth = Authorizer::new(FakeReviewer(calls.clone()));
+        let allowed = Decision::Allowed {
+            user: "reader".into(),
+        };
+        let scraper = Some(IpAddr::from([10, 0, 0, 9]));
+        assert_eq!(
+            auth.decide(scraper, "reader", "get", "/metrics")
+                .await
+                .unwrap(),
+            allowed
+        );
+        // Late in the answer's minute, when every refused answer would outlive it.
+        tokio::time::advance(ALLOW_TTL - Duration::from_secs(5)).await;
+        let flood = 2 * (CACHE_CAPACITY + DENY_CACHE_CAPACITY);
+        for i in 0..flood {
+            let peer = Some(IpAddr::from([10, 1, (i / 256) as u8, (i % 256) as u8]));
+            let token = format!("made-up-{i}");
+            assert_eq!(
+                auth.decide(peer, &token, "get", "/metrics").await.unwrap(),
+                Decision::Unauthenticated
+            );
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1 + flood);
+        assert!(lock(&auth.refused).len() <= DENY_CACHE_CAPACITY);
+        assert_eq!(
+            auth.decide(scraper, "reader", "get", "/metrics")
+                .await
+                .unwrap(),
+            allowed
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1 + flood,
+            "the scraper's answer was evicted"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_token_is_not_reviewed_again_within_its_ttl() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let auth = Authorizer::new(FakeReviewer(calls.clone()));
+        let peer = Some(IpAddr::from([10, 0, 0, 1]));
+        for (token, refused) in [
+            ("forged", Decision::Unauthenticated),
+            (
+                "stranger",
+                Decision::Forbidden {
+                    user: "stranger".into(),
+                },
+            ),
+        ] {
+            let before = calls.load(Ordering::SeqCst);
+            assert_eq!(
+                auth.decide(peer, token, "get", "/metrics").await.unwrap(),
+                refused
+            );
+            tokio::time::advance(DENY_TTL - Duration::from_millis(1)).await;
+            assert_eq!(
+                auth.decide(peer, token, "get", "/metrics").await.unwrap(),
+                refused
+            );
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                before + 1,
+                "{token} reviewed twice"
+            );
+            // Once its time is up, it is asked again.
+            tokio::time::advance(Duration::from_millis(1)).await;
+            auth.decide(peer, token, "get", "/metrics").await.unwrap();
+            assert_eq!(calls.load(Ordering::SeqCst), before + 2);
+        }
     }
 
     /// A fake API server: authenticates `reader-token` and `stranger-token`, allows the
@@ -712,9 +1167,14 @@ mod tests {
     #[test]
     fn cache_expires_and_stays_bounded() {
         let mut cache = Cache::new(3);
-        let now = Instant::now();
+        let now = TokioInstant::now();
         let allowed = Decision::Allowed { user: "u".into() };
-        cache.insert(cache_key("a", "get", "/"), allowed.clone(), now + ALLOW_TTL);
+        cache.insert(
+            cache_key("a", "get", "/"),
+            allowed.clone(),
+            now,
+            now + ALLOW_TTL,
+        );
         assert_eq!(
             cache.get(&cache_key("a", "get", "/"), now),
             Some(allowed.clone())
@@ -726,7 +1186,7 @@ mod tests {
         assert_eq!(cache.len(), 0, "an expired entry is dropped when read");
         for (i, token) in ["t1", "t2", "t3", "t4", "t5"].iter().enumerate() {
             let expires = now + DENY_TTL + Duration::from_secs(i as u64);
-            cache.insert(cache_key(token, "get", "/"), allowed.clone(), expires);
+            cache.insert(cache_key(token, "get", "/"), allowed.clone(), now, expires);
             assert!(cache.len() <= 3);
         }
         // The ones expiring soonest made room.
