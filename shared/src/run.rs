@@ -14,6 +14,7 @@ use kube::{
     },
 };
 
+mod fair;
 mod guard;
 mod resync;
 
@@ -134,6 +135,7 @@ impl Operator {
                 .progress_every(PROGRESS_INTERVAL),
             resyncs: Arc::new(Admission::new(RESYNC_QUEUED)),
             status_writes,
+            slots: fair::FairSlots::new(usize::from(args.max_concurrent_reconciles)),
             reconcile,
         });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
@@ -309,7 +311,10 @@ where
         let run = controller
             .with_config(
                 controller::Config::default()
-                    .concurrency(args.max_concurrent_reconciles)
+                    // No limit in kube's queue, which serves first come, first served: every
+                    // reconcile takes one of `--max-concurrent-reconciles` slots, handed out
+                    // fairly across namespaces (`Guard::slots`).
+                    .concurrency(0)
                     // See `Guard::debounce`.
                     .debounce(std::time::Duration::ZERO),
             )

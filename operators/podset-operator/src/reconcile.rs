@@ -298,8 +298,17 @@ fn active_pods<'a>(owned: &'a [Arc<SlimPod>], returned: &'a [SlimPod]) -> Vec<&'
         .collect()
 }
 
-/// Creates `count` pods for the PodSet (`ns`, `uid`), telling the expectations of each;
-/// stops at the first one the API server refuses.
+/// At most this many pods are created by one reconcile; the rest by the next ones, once
+/// these show up in the cache. A reconcile holds one of the operator's reconcile slots
+/// while it creates: a PodSet of 500 replicas then lets the other namespaces' reconciles
+/// through every 31 pods rather than holding its slot for all 500.
+pub const MAX_CREATES_PER_RECONCILE: usize = 31;
+
+/// Creates `count` pods (at most [`MAX_CREATES_PER_RECONCILE`]) for the PodSet (`ns`,
+/// `uid`), telling the expectations of each, in batches of 1, 2, 4, 8 and 16 sent at once
+/// (the ReplicaSet controller's slow start: a refused create costs one request, not
+/// `count`, and a burst goes out in a few round trips instead of one per pod); stops after
+/// the batch in which the API server refused one.
 async fn create_missing(
     ps: &PodSet,
     ns: &str,
@@ -308,6 +317,7 @@ async fn create_missing(
     api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<Created, Error> {
+    let count = count.min(MAX_CREATES_PER_RECONCILE);
     tracing::info!(create = count, "scaling up");
     let owner = owner_reference(ps)?;
     let pod = desired::desired_pod(ps, owner, &ctx.default_image);
@@ -315,23 +325,38 @@ async fn create_missing(
         field_manager: Some(ctx.toolkit.operator.name.to_owned()),
         ..PostParams::default()
     };
-    for _ in 0..count {
-        match api.create(&params, &pod).await {
-            Ok(created) => ctx.expectations.created(
-                uid,
-                &created.name_any(),
-                |n| match ctx.pods.find(ns, n) {
-                    None => Cached::Absent,
-                    Some(_) => Cached::Present,
-                },
-                Instant::now(),
-            ),
-            Err(e) if namespace_terminating(&e) => return Ok(Created::NamespaceTerminating),
-            Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
-                return Ok(Created::Refused(s.message));
+    let (mut left, mut batch) = (count, 1);
+    while left > 0 {
+        let size = batch.min(left);
+        let created = futures::future::join_all((0..size).map(|_| api.create(&params, &pod))).await;
+        let mut ended = None;
+        for result in created {
+            match result {
+                Ok(created) => ctx.expectations.created(
+                    uid,
+                    &created.name_any(),
+                    |n| match ctx.pods.find(ns, n) {
+                        None => Cached::Absent,
+                        Some(_) => Cached::Present,
+                    },
+                    Instant::now(),
+                ),
+                Err(e) if namespace_terminating(&e) => {
+                    ended.get_or_insert(Ok(Created::NamespaceTerminating));
+                }
+                Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
+                    ended.get_or_insert(Ok(Created::Refused(s.message)));
+                }
+                Err(e) => {
+                    ended.get_or_insert(Err(e.into()));
+                }
             }
-            Err(e) => return Err(e.into()),
         }
+        if let Some(ended) = ended {
+            return ended;
+        }
+        left -= size;
+        batch *= 2;
     }
     Ok(Created::All)
 }
@@ -638,6 +663,41 @@ mod tests {
                     &[("Normal", "PodsNotReady"), ("Warning", "FailedCreate")],
                 );
             }
+        }
+
+        fn created(i: usize) -> Reply {
+            Reply::Object(serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("ps-pod-{i}"), "namespace": "ns"}
+            }))
+        }
+
+        #[tokio::test]
+        async fn a_large_scale_up_creates_in_growing_batches_and_at_most_31_per_reconcile() {
+            let ps = podset(100);
+            let mut replies: Vec<Reply> = (0..MAX_CREATES_PER_RECONCILE).map(created).collect();
+            replies.extend([object(&ps), Reply::Echo, Reply::Echo]);
+            let (result, api) = run(ps, replies).await;
+            assert!(result.is_ok(), "{result:?}");
+            let creates = api.lines().iter().filter(|l| *l == CREATE_POD).count();
+            assert_eq!(
+                creates, MAX_CREATES_PER_RECONCILE,
+                "the rest by the next reconciles"
+            );
+        }
+
+        #[tokio::test]
+        async fn a_refusal_ends_the_scale_up_after_its_batch() {
+            let ps = podset(100);
+            // Batches of 1, 2 and 4: the second create of the third batch is refused.
+            let mut replies: Vec<Reply> = (0..4).map(created).collect();
+            replies.push(Reply::error(403, "exceeded quota"));
+            replies.extend((5..7).map(created));
+            replies.extend([object(&ps), Reply::Echo, Reply::Echo]);
+            let (result, api) = run(ps, replies).await;
+            assert!(matches!(result, Err(Error::CreatePods(_))), "{result:?}");
+            let creates = api.lines().iter().filter(|l| *l == CREATE_POD).count();
+            assert_eq!(creates, 7, "no batch after the one refused");
         }
 
         #[tokio::test]

@@ -45,6 +45,8 @@ pub(super) struct Guard<K, Ctx, Fut> {
     /// The operator's own status writes (its toolkit's), whose echoes the scopes' primary
     /// watches do not pass on as triggers ([`crate::Scope::with_status_writes`]).
     pub(super) status_writes: Arc<crate::status::StatusWrites>,
+    /// The reconcile slots (`--max-concurrent-reconciles`), taken in turn by namespace.
+    pub(super) slots: Arc<super::fair::FairSlots>,
     /// The operator's reconcile.
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }
@@ -87,6 +89,10 @@ impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
             {
                 return Ok(Action::requeue(wait));
             }
+            let _slot = self
+                .slots
+                .acquire(obj.meta().namespace.as_deref().unwrap_or_default())
+                .await;
             let _worker = queued.start();
             let reconcile = (self.reconcile)(obj, ctx);
             guarded_reconcile(controller, &key, &self.metrics, &self.backoff, reconcile).await
