@@ -4,18 +4,99 @@
 //!
 //! [`decide`] is the pure decision; [`claim`] finds the object (the label-filtered cache
 //! first, one GET only when the cache does not show the name) and decides.
+//!
+//! A [`Claim::Leftover`] is looked at again later ([`leftover_recheck`]), less and less
+//! often while it stays.
 
-use std::{fmt::Debug, sync::Arc};
+use std::{
+    fmt::Debug,
+    sync::{Arc, LazyLock},
+    time::{Duration, Instant},
+};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-/// How long to wait before looking again at a [`Claim::Leftover`]. Garbage collection
-/// normally removes a leftover and its deletion (it carries the operator's labels) triggers
-/// a reconcile; a leftover whose labels someone removed is not in the label-filtered watch,
-/// so its deletion announces nothing, and only this look brings the reconcile back.
-pub const LEFTOVER_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+use crate::ErrorBackoff;
+
+/// How long to wait before the first look again at a [`Claim::Leftover`]; each further
+/// look while it stays waits twice as long, up to [`LEFTOVER_RECHECK_MAX`]. Garbage
+/// collection normally removes a leftover and its deletion (it carries the operator's
+/// labels) triggers a reconcile; a leftover whose labels someone removed is not in the
+/// label-filtered watch, so its deletion announces nothing, and only these looks bring the
+/// reconcile back. One that never goes (stuck Terminating behind a finalizer nobody
+/// removes) costs a look every 5 minutes, not every 5 s.
+pub const LEFTOVER_RECHECK: Duration = Duration::from_secs(5);
+
+/// The longest wait between two looks at a [`Claim::Leftover`].
+pub const LEFTOVER_RECHECK_MAX: Duration = Duration::from_secs(300);
+
+/// Per custom resource, how often its leftover was looked at: the schedule of the next
+/// look ([`LEFTOVER_RECHECK`] doubling to [`LEFTOVER_RECHECK_MAX`]). Entries of custom
+/// resources not seen for twice the maximum go (see [`ErrorBackoff`]).
+#[derive(Debug)]
+pub struct LeftoverRechecks(ErrorBackoff);
+
+impl Default for LeftoverRechecks {
+    fn default() -> Self {
+        Self(ErrorBackoff::new(LEFTOVER_RECHECK, LEFTOVER_RECHECK_MAX))
+    }
+}
+
+impl LeftoverRechecks {
+    /// The custom resource `key` still finds a leftover at time `now`: how long to wait
+    /// before looking again.
+    pub fn still_there(&self, key: &str, now: Instant) -> Duration {
+        self.0.failed_at(key, now)
+    }
+
+    /// The custom resource `key` found no leftover: its next one starts the schedule over.
+    pub fn gone(&self, key: &str) {
+        self.0.forget(key);
+    }
+
+    /// How many custom resources have a leftover being looked at.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no custom resource has a leftover being looked at.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The rechecks of this process: an operator process reconciles one kind, so a custom
+/// resource's namespace and name are its key.
+static LEFTOVERS: LazyLock<LeftoverRechecks> = LazyLock::new(LeftoverRechecks::default);
+
+/// `namespace/name` of `obj`.
+fn key_of<K: Resource>(obj: &K) -> String {
+    format!(
+        "{}/{}",
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The custom resource `obj` still finds a [`Claim::Leftover`] in the way: how long to wait
+/// before its next reconcile looks again (`Action::requeue` of this). 5 s the first time,
+/// doubling with each reconcile that still finds one, up to 5 minutes.
+#[must_use]
+pub fn leftover_recheck<K: Resource>(obj: &K) -> Duration {
+    LEFTOVERS.still_there(&key_of(obj), Instant::now())
+}
+
+/// The custom resource `obj` was reconciled and found no leftover: a later one is looked at
+/// after 5 s again. Costs nothing while no custom resource waits on a leftover.
+pub fn leftover_gone<K: Resource>(obj: &K) {
+    if !LEFTOVERS.is_empty() {
+        LEFTOVERS.gone(&key_of(obj));
+    }
+}
 
 /// Condition reason (and event reason) of a child name held by someone else's object.
 pub const REASON_NAME_CONFLICT: &str = "NameConflict";
@@ -206,6 +287,43 @@ mod tests {
                 Claim::Conflict(_)
             ));
         }
+    }
+
+    #[test]
+    fn a_leftover_is_looked_at_less_and_less_often_until_it_is_gone() {
+        let rechecks = LeftoverRechecks::default();
+        let t0 = Instant::now();
+        let schedule: Vec<u64> = (0..9)
+            .map(|i| {
+                rechecks
+                    .still_there("ns/moo", t0 + Duration::from_secs(i))
+                    .as_secs()
+            })
+            .collect();
+        assert_eq!(schedule, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        // Per custom resource.
+        assert_eq!(rechecks.still_there("ns/other", t0).as_secs(), 5);
+        assert_eq!(rechecks.len(), 2);
+        // Gone: the next leftover of the same custom resource starts over.
+        rechecks.gone("ns/moo");
+        assert_eq!(rechecks.still_there("ns/moo", t0).as_secs(), 5);
+        assert_eq!(rechecks.still_there("ns/moo", t0).as_secs(), 10);
+        rechecks.gone("ns/moo");
+        rechecks.gone("ns/other");
+        assert!(rechecks.is_empty());
+    }
+
+    #[test]
+    fn the_process_rechecks_key_custom_resources_by_namespace_and_name() {
+        let mut lc = service(vec![]);
+        lc.metadata.namespace = Some("leftover-test-ns".into());
+        lc.metadata.name = Some("leftover-test-name".into());
+        assert_eq!(key_of(&lc), "leftover-test-ns/leftover-test-name");
+        assert_eq!(leftover_recheck(&lc), LEFTOVER_RECHECK);
+        assert_eq!(leftover_recheck(&lc), 2 * LEFTOVER_RECHECK);
+        leftover_gone(&lc);
+        assert_eq!(leftover_recheck(&lc), LEFTOVER_RECHECK);
+        leftover_gone(&lc);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use shared::{
     apply::{apply, owner_reference},
     conditions,
     namespaces::ScopedStores,
-    ownership::{Claim, LEFTOVER_RECHECK, claim},
+    ownership::{Claim, claim, leftover_gone, leftover_recheck},
     slim::Slim,
 };
 
@@ -213,8 +213,9 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
     if leftover {
         // A leftover whose labels were removed is out of the watch: its deletion
         // announces nothing.
-        return Ok(Action::requeue(LEFTOVER_RECHECK));
+        return Ok(Action::requeue(leftover_recheck(lc.as_ref())));
     }
+    leftover_gone(lc.as_ref());
     Ok(Action::await_change())
 }
 

@@ -27,7 +27,7 @@ use shared::{
     conditions,
     events::Announce,
     namespaces::{ScopedIndex, ScopedStores},
-    ownership::{Claim, LEFTOVER_RECHECK, claim},
+    ownership::{Claim, claim, leftover_gone, leftover_recheck},
     slim::{Slim, SlimPod},
 };
 
@@ -432,8 +432,11 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     .await?;
     match problem {
         Some(Problem::ApplyFailed(msg) | Problem::NameConflict(msg)) => Err(Error::Children(msg)),
-        _ if leftover => Ok(Action::requeue(LEFTOVER_RECHECK)),
-        _ => Ok(Action::await_change()),
+        _ if leftover => Ok(Action::requeue(leftover_recheck(mc))),
+        _ => {
+            leftover_gone(mc);
+            Ok(Action::await_change())
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use shared::{
     apply::{apply, namespace_terminating, owner_reference},
     conditions,
     namespaces::ScopedStores,
-    ownership::{Claim, LEFTOVER_RECHECK, claim},
+    ownership::{Claim, claim, leftover_gone, leftover_recheck},
     slim::Slim,
 };
 
@@ -256,9 +256,10 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             Ok(Action::requeue(ctx.conflicts.failed(&key)))
         }
         Some(p) => Err(Error::Rejected(p.message)),
-        None if leftover => Ok(Action::requeue(LEFTOVER_RECHECK)),
+        None if leftover => Ok(Action::requeue(leftover_recheck(pc.as_ref()))),
         None => {
             ctx.conflicts.succeeded(&key);
+            leftover_gone(pc.as_ref());
             Ok(Action::await_change())
         }
     }
