@@ -200,6 +200,25 @@ async fn memcached_bad_input_is_rejected_and_edges_converge() -> Result<()> {
             ("bad".into(), json!("big"), "spec"),
             // Cross-field (CEL over metadata): a valid object name that cannot name a Service.
             ("m".repeat(64), json!({"size": 1}), "metadata.name"),
+            // Every list and string of the spec is bounded: over-long, too many, not a
+            // namespace name.
+            (
+                "bad".into(),
+                json!({"size": 1, "networkPolicy": {"allowedNamespaces": ["n".repeat(64)]}}),
+                "spec.networkPolicy.allowedNamespaces",
+            ),
+            (
+                "bad".into(),
+                json!({"size": 1, "networkPolicy": {
+                    "allowedNamespaces": (0..65).map(|i| format!("ns-{i}")).collect::<Vec<_>>()
+                }}),
+                "spec.networkPolicy.allowedNamespaces",
+            ),
+            (
+                "bad".into(),
+                json!({"size": 1, "networkPolicy": {"allowedNamespaces": ["Web"]}}),
+                "spec.networkPolicy.allowedNamespaces",
+            ),
         ],
     )
     .await?;
@@ -216,6 +235,14 @@ async fn memcached_bad_input_is_rejected_and_edges_converge() -> Result<()> {
             bad_merge(json!({"size": "one"}), "spec.size"),
             bad_merge(json!({"containerPort": 0}), "spec.containerPort"),
             bad_merge(json!({"containerPort": 70000}), "spec.containerPort"),
+            bad_merge(
+                json!({"networkPolicy": {"allowedNamespaces": ["web", "web"]}}),
+                "spec.networkPolicy.allowedNamespaces",
+            ),
+            bad_merge(
+                json!({"networkPolicy": {"enabled": "yes"}}),
+                "spec.networkPolicy.enabled",
+            ),
             remove("spec.size", "size"),
         ],
         true,
@@ -244,6 +271,15 @@ async fn memcached_bad_input_is_rejected_and_edges_converge() -> Result<()> {
         .with_context(|| format!("operator log:\n{}", op.log()))?;
     }
     accepted_by_dry_run(&ns, &MEMCACHED, "max", json!({"size": 100})).await?;
+    // The longest list of the longest namespace names.
+    let longest: Vec<String> = (0..64).map(|i| format!("{i:0>63}")).collect();
+    accepted_by_dry_run(
+        &ns,
+        &MEMCACHED,
+        "max-policy",
+        json!({"size": 1, "networkPolicy": {"allowedNamespaces": longest}}),
+    )
+    .await?;
     // The finalizer needs the operator: delete them while it runs.
     for name in ["stored", "zero", "port-low", "port-high"] {
         e2e::delete_and_wait(&typed, name).await?;

@@ -56,6 +56,10 @@ fn needed(operator: &str) -> BTreeSet<(String, String)> {
                 &["get", "list", "watch", "create", "patch", "delete"],
             ),
             ("pods", &["list", "watch"]),
+            (
+                "networkpolicies.networking.k8s.io",
+                &["get", "list", "watch", "create", "patch", "delete"],
+            ),
             ("events.events.k8s.io", &["create", "patch"]),
         ],
         "lolcow-operator" => &[
@@ -145,6 +149,12 @@ fn used_without_a_request(operator: &str) -> BTreeSet<(String, String)> {
             implicit.extend(expand(&[("deployments.apps", &["create"])]));
         }
         _ => {}
+    }
+    if operator == "memcached-operator" {
+        implicit.extend(expand(&[(
+            "networkpolicies.networking.k8s.io",
+            &["create"],
+        )]));
     }
     // Leader-for-life deletes a lock whose owner Pod is gone; the garbage collector
     // usually deletes it first.

@@ -71,10 +71,55 @@ pub struct MemcachedSpec {
     #[serde(default = "default_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub container_port: i32,
+
+    /// Optional. Who may connect to memcached, which has no authentication: a
+    /// NetworkPolicy named after the Memcached admits connections to the memcached pods,
+    /// on `containerPort` only, from the pods of the Memcached's own namespace and of the
+    /// namespaces listed in `allowedNamespaces`, and from nowhere else. Unset (or
+    /// `enabled: false`): no NetworkPolicy, and every pod of the cluster may connect (a
+    /// NetworkPolicy the operator made earlier is deleted). Enforced only where the
+    /// cluster's network plugin implements NetworkPolicies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<MemcachedNetworkPolicy>,
 }
 
 fn default_port() -> i32 {
     DEFAULT_PORT
+}
+
+/// The most namespaces `spec.networkPolicy.allowedNamespaces` may list.
+pub const MAX_ALLOWED_NAMESPACES: usize = 64;
+
+/// A namespace name: a DNS-1123 label (lowercase letters, digits and `-`, starting and
+/// ending with a letter or digit), at most 63 characters.
+pub const NAMESPACE_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// Which pods may connect to memcached: a NetworkPolicy the operator keeps beside the
+/// Deployment and the Service.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemcachedNetworkPolicy {
+    /// Whether the operator keeps the NetworkPolicy (default true: `networkPolicy: {}`
+    /// admits the Memcached's own namespace only). `false` removes it, as leaving out
+    /// `networkPolicy` does, and keeps `allowedNamespaces` for later.
+    #[serde(default = "default_enabled")]
+    pub enabled: bool,
+
+    /// Names of the namespaces whose pods may connect too, besides the Memcached's own
+    /// namespace (at most 64, each a namespace name of at most 63 characters, no
+    /// duplicates). A namespace is matched by its `kubernetes.io/metadata.name` label,
+    /// which the API server sets on every namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_ALLOWED_NAMESPACES),
+        inner(length(min = 1, max = 63), pattern(NAMESPACE_PATTERN))
+    )]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub allowed_namespaces: Vec<String>,
+}
+
+fn default_enabled() -> bool {
+    true
 }
 
 impl MemcachedSpec {
@@ -82,6 +127,12 @@ impl MemcachedSpec {
     #[must_use]
     pub fn port(&self) -> i32 {
         self.container_port
+    }
+
+    /// The NetworkPolicy settings, when one is wanted (`networkPolicy` set and enabled).
+    #[must_use]
+    pub fn network_policy(&self) -> Option<&MemcachedNetworkPolicy> {
+        self.network_policy.as_ref().filter(|p| p.enabled)
     }
 }
 

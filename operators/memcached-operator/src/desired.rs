@@ -1,4 +1,5 @@
-//! Pure builders: the Deployment and Service a Memcached wants, and which pods are its own.
+//! Pure builders: the Deployment, Service and (optional) NetworkPolicy a Memcached wants,
+//! and which pods are its own.
 //! No client here; unit-tested below. The status is described in [`crate::status`].
 
 use std::collections::BTreeMap;
@@ -10,10 +11,14 @@ use k8s_openapi::{
             Container, ContainerPort, Probe, ResourceRequirements, Service, ServicePort,
             ServiceSpec, TCPSocketAction,
         },
+        networking::v1::{
+            NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+            NetworkPolicySpec,
+        },
     },
     apimachinery::pkg::{
         api::resource::Quantity,
-        apis::meta::v1::{ObjectMeta, OwnerReference},
+        apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference},
         util::intstr::IntOrString,
     },
 };
@@ -29,6 +34,9 @@ pub const APP: &str = "memcached";
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// The label the Deployment controller gives a pod: the hash of its ReplicaSet's template.
 const TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
+/// The label the API server sets on every namespace, to its name: what a NetworkPolicy
+/// selects a namespace by.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// Name of the container and of its port (the Service targets the port by this name).
 pub const CONTAINER: &str = "memcached";
 /// `spec.clusterIP` of a headless Service.
@@ -194,6 +202,62 @@ pub fn desired_service(mc: &Memcached, owner: OwnerReference) -> Service {
     }
 }
 
+/// The NetworkPolicy of `mc`, when `spec.networkPolicy` asks for one (set, `enabled`);
+/// `None` otherwise. Named after the Memcached, it selects the memcached pods (the
+/// Deployment's selector) and admits ingress only to `containerPort` (TCP), only from the
+/// pods of the Memcached's own namespace and from every pod of the namespaces in
+/// `allowedNamespaces` (selected by their `kubernetes.io/metadata.name` label, sorted and
+/// without duplicates, so the object does not change with the list's order). Egress is
+/// left alone: memcached opens no connections.
+#[must_use]
+pub fn desired_network_policy(mc: &Memcached, owner: OwnerReference) -> Option<NetworkPolicy> {
+    let wanted = mc.spec.network_policy()?;
+    // `podSelector: {}` alone in a peer: every pod of the policy's own namespace.
+    let mut from = vec![NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector::default()),
+        ..NetworkPolicyPeer::default()
+    }];
+    let namespaces: Vec<String> = wanted
+        .allowed_namespaces
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .cloned()
+        .collect();
+    if !namespaces.is_empty() {
+        from.push(NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: NAMESPACE_NAME_LABEL.to_owned(),
+                    operator: "In".to_owned(),
+                    values: Some(namespaces),
+                }]),
+                match_labels: None,
+            }),
+            ..NetworkPolicyPeer::default()
+        });
+    }
+    Some(NetworkPolicy {
+        metadata: metadata(mc, owner),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(mc)),
+                match_expressions: None,
+            }),
+            policy_types: Some(vec!["Ingress".to_owned()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(from),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(mc.spec.port())),
+                    protocol: Some("TCP".to_owned()),
+                    end_port: None,
+                }]),
+            }]),
+            egress: None,
+        }),
+    })
+}
+
 /// Whether the Service `existing` must be deleted and created again to become `desired`:
 /// its cluster IP is immutable, so a Service an earlier version of this operator made
 /// with a virtual IP cannot be updated to headless (the API server refuses it).
@@ -352,6 +416,100 @@ mod tests {
             &with_ip(None),
             &with_ip(Some("10.96.0.12"))
         ));
+    }
+
+    fn with_policy(enabled: bool, namespaces: &[&str]) -> Memcached {
+        let mut mc = memcached(2, Some(11311));
+        mc.spec.network_policy = Some(crate::api::MemcachedNetworkPolicy {
+            enabled,
+            allowed_namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+        });
+        mc
+    }
+
+    #[test]
+    fn no_network_policy_unless_asked_for() {
+        assert_eq!(desired_network_policy(&memcached(1, None), owner()), None);
+        assert_eq!(
+            desired_network_policy(&with_policy(false, &["web"]), owner()),
+            None
+        );
+        assert!(desired_network_policy(&with_policy(true, &[]), owner()).is_some());
+    }
+
+    #[test]
+    fn network_policy_admits_the_port_from_its_namespace_and_the_allowed_ones() {
+        let mc = with_policy(true, &["web", "batch", "web"]);
+        let np = desired_network_policy(&mc, owner()).unwrap();
+        // Named, labelled and owned as the other children.
+        assert_eq!(np.metadata.name.as_deref(), Some("cache"));
+        assert_eq!(np.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(np.metadata.labels.as_ref(), Some(&labels(&mc)));
+        assert_eq!(np.metadata.owner_references, Some(vec![owner()]));
+        let spec = np.spec.unwrap();
+        // The memcached pods, exactly as the Deployment selects them.
+        let d = desired_deployment(&mc, owner(), "img");
+        assert_eq!(
+            spec.pod_selector.unwrap().match_labels,
+            d.spec.unwrap().selector.match_labels
+        );
+        assert_eq!(spec.policy_types, Some(vec!["Ingress".to_owned()]));
+        assert_eq!(spec.egress, None);
+        let rules = spec.ingress.unwrap();
+        assert_eq!(rules.len(), 1, "one rule: these peers, this port");
+        let ports = rules[0].ports.clone().unwrap();
+        assert_eq!(
+            ports,
+            [NetworkPolicyPort {
+                port: Some(IntOrString::Int(11311)),
+                protocol: Some("TCP".into()),
+                end_port: None,
+            }]
+        );
+        let from = rules[0].from.clone().unwrap();
+        assert_eq!(from.len(), 2);
+        // Its own namespace: every pod there, nothing else.
+        assert_eq!(
+            from[0],
+            NetworkPolicyPeer {
+                pod_selector: Some(LabelSelector::default()),
+                ..NetworkPolicyPeer::default()
+            }
+        );
+        // The named namespaces, sorted, once each, by the label the API server sets.
+        let selector = from[1].namespace_selector.clone().unwrap();
+        assert_eq!(from[1].pod_selector, None);
+        assert_eq!(from[1].ip_block, None);
+        assert_eq!(selector.match_labels, None);
+        assert_eq!(
+            selector.match_expressions.unwrap(),
+            [LabelSelectorRequirement {
+                key: "kubernetes.io/metadata.name".into(),
+                operator: "In".into(),
+                values: Some(vec!["batch".into(), "web".into()]),
+            }]
+        );
+        // The same namespaces in another order: the same object (no write).
+        assert_eq!(
+            desired_network_policy(&with_policy(true, &["batch", "web"]), owner()),
+            desired_network_policy(&mc, owner())
+        );
+    }
+
+    #[test]
+    fn network_policy_of_its_own_namespace_only() {
+        let np = desired_network_policy(&with_policy(true, &[]), owner()).unwrap();
+        let from = np.spec.unwrap().ingress.unwrap()[0].from.clone().unwrap();
+        assert_eq!(
+            from,
+            [NetworkPolicyPeer {
+                pod_selector: Some(LabelSelector::default()),
+                ..NetworkPolicyPeer::default()
+            }]
+        );
+        // As the API server receives it: `podSelector: {}`, the empty selector, not absent.
+        let json = serde_json::to_value(&from[0]).unwrap();
+        assert_eq!(json, serde_json::json!({"podSelector": {}}));
     }
 
     #[test]

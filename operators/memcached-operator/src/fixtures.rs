@@ -30,6 +30,7 @@ pub(crate) fn memcached(size: i32, port: Option<i32>) -> Memcached {
             MemcachedSpec {
                 size,
                 container_port: port,
+                network_policy: None,
             },
         ),
         2,

@@ -6,7 +6,7 @@
 use std::{fmt::Debug, sync::Arc};
 
 use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::Service},
+    api::{apps::v1::Deployment, core::v1::Service, networking::v1::NetworkPolicy},
     apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
 use kube::{
@@ -82,6 +82,8 @@ pub struct Context {
     pub deployments: ScopedStores<Slim<Deployment>>,
     /// The operator's Services, one cache per watched scope (compact: [`Slim`]).
     pub services: ScopedStores<Slim<Service>>,
+    /// The operator's NetworkPolicies (`spec.networkPolicy`), one cache per watched scope.
+    pub network_policies: ScopedStores<Slim<NetworkPolicy>>,
     /// The memcached pods of each Memcached's Deployment, one index per watched scope:
     /// names and [`PodState`]s by Memcached, not the pods themselves.
     pub pods: Arc<ScopedIndex<SlimPod, PodState>>,
@@ -97,6 +99,7 @@ impl Context {
             toolkit,
             deployments: ScopedStores::default(),
             services: ScopedStores::default(),
+            network_policies: ScopedStores::default(),
             // By the Memcached's name (`app.kubernetes.io/instance`): a reconcile reads its
             // own pods only.
             pods: Arc::new(ScopedIndex::new(status::cached_pod)),
@@ -150,8 +153,10 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
         .labels(&format!("app.kubernetes.io/managed-by={}", OPERATOR.name));
     let (deployments, deployment_events) = scope.reflect::<Slim<Deployment>>(ours.clone());
     ctx.deployments.insert(scope, deployments);
-    let (services, service_events) = scope.reflect::<Slim<Service>>(ours);
+    let (services, service_events) = scope.reflect::<Slim<Service>>(ours.clone());
     ctx.services.insert(scope, services);
+    let (policies, policy_events) = scope.reflect::<Slim<NetworkPolicy>>(ours);
+    ctx.network_policies.insert(scope, policies);
     // Only the pods' names and states are read (`status.nodes`, readiness), and only those
     // are kept.
     let pod_events = scope.reflect_index(
@@ -162,6 +167,7 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<Memcached> {
         .controller::<Memcached>(watcher::Config::default())
         .owns_stream(deployment_events)
         .owns_stream(service_events)
+        .owns_stream(policy_events)
         .watches_stream(pod_events, |pod: SlimPod| {
             let ns = pod.namespace()?;
             pod.labels()
@@ -420,6 +426,37 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         Child::NamespaceTerminating => return Ok(Action::await_change()),
     };
 
+    // The NetworkPolicy when `spec.networkPolicy` asks for one; else the one made earlier goes.
+    let cached = ctx.network_policies.find(&ns, &name);
+    if let Some(desired_policy) = desired::desired_network_policy(mc, owner.clone()) {
+        match write_child(
+            &Api::namespaced(client.clone(), &ns),
+            manager,
+            &desired_policy,
+            cached,
+            &owner,
+            |_, _| false,
+            false,
+        )
+        .await?
+        {
+            Child::Written(_) | Child::Holds(_) => {}
+            Child::Leftover => leftover = true,
+            Child::Problem(p) => {
+                problem.get_or_insert(p);
+            }
+            Child::NamespaceTerminating => return Ok(Action::await_change()),
+        }
+    } else if let Some(ours) =
+        cached.filter(|c| shared::apply::is_controlled_by(c.as_ref(), &owner.uid))
+    {
+        delete_exactly(
+            &Api::<NetworkPolicy>::namespaced(client.clone(), &ns),
+            ours.as_ref(),
+        )
+        .await?;
+    }
+
     update_status(
         mc,
         ctx,
@@ -437,6 +474,31 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
             leftover_gone(mc);
             Ok(Action::await_change())
         }
+    }
+}
+
+/// Deletes `child` (as cached), only that very object: preconditions on its UID and
+/// resourceVersion. Already gone, changed since (its watch event brings the reconcile
+/// back) or in a namespace being deleted: nothing to do.
+async fn delete_exactly<K>(api: &Api<K>, child: &Slim<K>) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: child.uid(),
+            resource_version: child.resource_version(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&child.name_any(), &params).await {
+        Ok(_) => {
+            tracing::info!(kind = %K::kind(&()), child = %child.name_any(), "deleted the child: the spec no longer asks for it");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => Ok(()),
+        Err(e) if namespace_terminating(&e) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

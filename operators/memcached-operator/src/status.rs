@@ -17,7 +17,7 @@ use crate::{
 /// `Degraded=True` reason: the Memcached is being deleted (a Normal event: the user asked
 /// for it).
 pub const REASON_FINALIZING: &str = "Finalizing";
-/// `Degraded=True` reason: the API server refused the Deployment or Service.
+/// `Degraded=True` reason: the API server refused the Deployment, Service or NetworkPolicy.
 pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
 /// `Degraded=True` reason: a child's name is held by someone else's object.
 pub const REASON_NAME_CONFLICT: &str = shared::ownership::REASON_NAME_CONFLICT;
@@ -57,9 +57,11 @@ impl HasConditions for MemcachedStatus {
 pub enum Problem {
     /// The Memcached is being deleted; the finalizer runs.
     Finalizing,
-    /// The API server refused the Deployment or Service (admission, quota, invalid).
+    /// The API server refused the Deployment, Service or NetworkPolicy (admission, quota,
+    /// invalid).
     ApplyFailed(String),
-    /// A Deployment or Service of the same name exists and belongs to someone else.
+    /// A Deployment, Service or NetworkPolicy of the same name exists and belongs to
+    /// someone else.
     NameConflict(String),
 }
 
@@ -256,17 +258,22 @@ pub fn status(
             format!("{size} pods up to date and available"),
         )
     };
+    let children = if mc.spec.network_policy().is_some() {
+        "Deployment, Service and NetworkPolicy"
+    } else {
+        "Deployment and Service"
+    };
     let (degraded, degraded_reason, degraded_message) =
         match (problem, deployment.and_then(replica_failure)) {
             (Some(Problem::Finalizing), _) => (
                 true,
                 REASON_FINALIZING,
-                format!("Memcached {name} is being deleted; its Deployment and Service go with it"),
+                format!("Memcached {name} is being deleted; its {children} go with it"),
             ),
             (Some(Problem::ApplyFailed(msg)), _) => (
                 true,
                 REASON_APPLY_FAILED,
-                format!("cannot write the Deployment or Service: {msg}"),
+                format!("cannot write the Deployment, Service or NetworkPolicy: {msg}"),
             ),
             (Some(Problem::NameConflict(msg)), _) => (true, REASON_NAME_CONFLICT, msg.clone()),
             (None, Some(msg)) => (
@@ -274,11 +281,7 @@ pub fn status(
                 REASON_REPLICA_FAILURE,
                 format!("cannot create pods: {msg}"),
             ),
-            (None, None) => (
-                false,
-                "AsExpected",
-                "the Deployment and Service are in place".to_owned(),
-            ),
+            (None, None) => (false, "AsExpected", format!("the {children} are in place")),
         };
     let old = mc.status.as_ref().map(HasConditions::conditions);
     let conditions = Conditions::new(old.unwrap_or_default(), generation, now)
