@@ -7,10 +7,11 @@
 //!   lock too, a candidate does not wait for it);
 //! - phase `Failed` (for instance `Evicted` by the kubelet under node pressure) or
 //!   `Succeeded`: terminal, its containers never run again;
-//! - being deleted and past its `deletionTimestamp`: the kubelet had until then to stop
-//!   its containers, so a Pod still there is one the kubelet cannot or will not finish
-//!   (a Pod just being deleted is not gone: its process may still be reconciling during
-//!   its grace period);
+//! - not gone while merely being deleted, even past its `deletionTimestamp`: its process
+//!   may still be reconciling during its grace period, and a Pod still there after it is
+//!   one whose kubelet has not reported its containers stopped (it sets a terminal phase,
+//!   or the Pod goes, once they are): operator-sdk takes over from a Pod past its grace
+//!   period, which can run two leaders at once;
 //! - scheduled on a Node that no longer exists, or whose `Ready` condition is not `True`
 //!   (`False`, or `Unknown` when the node stopped reporting: unreachable). This read is
 //!   cluster-scoped and optional: without the `nodes get` the for-life RBAC grants, a
@@ -19,13 +20,22 @@
 //! The candidate then deletes the lock with a UID precondition (only the lock it judged,
 //! never one a faster candidate created meanwhile) and creates its own at once. It does not
 //! delete the old Pod (operator-lib does, which needs `delete` on Pods): a finished Pod runs
-//! nothing, and a Pod on a lost node is the node lifecycle's to remove. The old leader, if
-//! it still runs and reaches the API server (a node NotReady because only its kubelet
-//! failed), sees its lock gone at its next check, every retry period, and stops.
+//! nothing, and a Pod on a lost node is the node lifecycle's to remove.
+//!
+//! Gone is judged from what the API server says, which is not always what runs: a Pod on a
+//! NotReady Node (only its kubelet failed, say) or force-deleted (`--grace-period=0
+//! --force`, or by the garbage collector of Pods on deleted Nodes) may still run its
+//! process. Such an old leader, if it reaches the API server, sees its lock gone at its
+//! next check, every retry period, and stops (its process exits when its controllers do
+//! not stop within the grace). So a candidate that takes the lock over from another Pod
+//! (or finds it gone after another Pod held it) waits [`handover_wait`] before it leads:
+//! long enough for that check and that stop. What stays possible is an old leader cut off
+//! from the API server at its checks: it cannot write meanwhile, but a reconcile it was
+//! running may write once it is reconnected, before its next check (Kubernetes has no
+//! fencing token to refuse that write).
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::{
     api::core::v1::{ConfigMap, Node, Pod},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
@@ -37,8 +47,8 @@ use kube::{
 use tokio::time::Instant;
 
 use super::{
-    LeaderConfig,
-    keep::{Check, Keep},
+    LeaderConfig, LeaderElectionMode,
+    keep::{Check, Keep, Pace},
 };
 
 /// operator-sdk's leader-for-life lock: a ConfigMap owned by the leader's Pod.
@@ -52,6 +62,8 @@ pub struct ForLifeLock {
     my_uid: Option<String>,
     /// Whether reading a Node was forbidden already (the warning is logged once).
     nodes_forbidden: bool,
+    /// Whether this candidate removed another Pod's lock.
+    took_over: bool,
 }
 
 /// How long a for-life candidate waits between attempts at most (operator-sdk: 16 s).
@@ -71,16 +83,24 @@ impl ForLifeLock {
             config,
             my_uid: None,
             nodes_forbidden: false,
+            took_over: false,
         }
     }
 
-    /// Tries until this Pod holds the lock; returns when it did.
+    /// Tries until this Pod holds the lock; returns when it did and may lead (after
+    /// [`handover_wait`] when another Pod held the lock before).
     pub(super) async fn acquire(&mut self) -> Instant {
         let mut wait = Duration::from_secs(1);
         let mut last_owner = String::new();
         loop {
             match self.try_acquire().await {
                 Ok(None) => {
+                    let handover =
+                        handover_wait(&self.config, self.took_over || !last_owner.is_empty());
+                    if !handover.is_zero() {
+                        tracing::info!(lock = %self.config.lease_name, wait = ?handover, "acquired the leader-for-life lock another pod held; waiting for that pod's leader, should it still run, to see it gone and stop");
+                        tokio::time::sleep(handover).await;
+                    }
                     tracing::info!(lock = %self.config.lease_name, "acquired leadership for life");
                     return Instant::now();
                 }
@@ -150,6 +170,7 @@ impl ForLifeLock {
                 .await
             {
                 Ok(_) => {
+                    self.took_over = true;
                     tracing::info!(lock = %self.config.lease_name, previous = %holder.name, reason = %gone, "removed the lock of a pod that is gone");
                 }
                 // Removed already, or replaced by a faster candidate: the create says which.
@@ -163,7 +184,7 @@ impl ForLifeLock {
     /// Why the Pod `owner` no longer counts as running the leader, if it does not.
     async fn owner_gone(&mut self, owner: &OwnerReference) -> Result<Option<Gone>, ForLifeError> {
         let pod = self.pods.get_opt(&owner.name).await?;
-        let node = match pod_verdict(owner, pod.as_ref(), Timestamp::now()) {
+        let node = match pod_verdict(owner, pod.as_ref()) {
             PodVerdict::Gone(gone) => return Ok(Some(gone)),
             PodVerdict::Runs { node: None } => return Ok(None),
             PodVerdict::Runs { node: Some(node) } => node,
@@ -197,6 +218,19 @@ impl Keep for ForLifeLock {
 
     /// Held for the Pod's life: nothing to hand back.
     async fn release(&mut self) {}
+}
+
+/// How long a candidate that got the lock waits before it leads: nothing on a fresh lock
+/// or its own Pod's; after another Pod held it, the old leader's detection and stop, as
+/// its keep loop paces them ([`Pace`]): a retry period until its next check of the lock,
+/// its grace to stop its controllers (else its process exits), and as much again for that
+/// check's round trip and the exit. 7 s with the default timing.
+fn handover_wait(config: &LeaderConfig, another_pod_held_it: bool) -> Duration {
+    if !another_pod_held_it {
+        return Duration::ZERO;
+    }
+    let old = Pace::of(LeaderElectionMode::ForLife, config);
+    old.period + 2 * old.grace
 }
 
 /// What a candidate makes of the lock it could not create (operator-sdk's `Become`,
@@ -264,8 +298,6 @@ enum Gone {
         phase: String,
         reason: Option<String>,
     },
-    /// Being deleted, past its `deletionTimestamp`.
-    DeletionOverdue,
     /// Its Node does not exist.
     NodeDeleted(String),
     /// Its Node's `Ready` condition is not `True`.
@@ -285,9 +317,6 @@ impl std::fmt::Display for Gone {
                 phase,
                 reason: None,
             } => write!(f, "the pod is {phase}"),
-            Gone::DeletionOverdue => {
-                write!(f, "the pod is being deleted and its grace period is over")
-            }
             Gone::NodeDeleted(node) => write!(f, "the pod's node {node} no longer exists"),
             Gone::NodeNotReady { node, status } => {
                 write!(f, "the pod's node {node} is not ready (Ready={status})")
@@ -305,10 +334,8 @@ enum PodVerdict {
     Runs { node: Option<String> },
 }
 
-/// Judges the owner's Pod, purely. `pod` was read by the owner's name; `now` is this
-/// replica's clock (compared with the `deletionTimestamp` the API server set: a skew
-/// between the two clocks moves the takeover by as much).
-fn pod_verdict(owner: &OwnerReference, pod: Option<&Pod>, now: Timestamp) -> PodVerdict {
+/// Judges the owner's Pod, purely. `pod` was read by the owner's name.
+fn pod_verdict(owner: &OwnerReference, pod: Option<&Pod>) -> PodVerdict {
     let Some(pod) = pod else {
         return PodVerdict::Gone(Gone::Deleted);
     };
@@ -325,14 +352,8 @@ fn pod_verdict(owner: &OwnerReference, pod: Option<&Pod>, now: Timestamp) -> Pod
             reason: status.and_then(|s| s.reason.clone()),
         });
     }
-    if pod
-        .meta()
-        .deletion_timestamp
-        .as_ref()
-        .is_some_and(|deadline| deadline.0 <= now)
-    {
-        return PodVerdict::Gone(Gone::DeletionOverdue);
-    }
+    // Being deleted, even past its deadline, is not gone: until its kubelet reports its
+    // containers stopped (a terminal phase, above) or the Pod goes, its process may run.
     PodVerdict::Runs {
         node: pod
             .spec
@@ -453,12 +474,6 @@ mod tests {
         );
     }
 
-    const NOW: &str = "2026-01-01T00:01:00Z";
-
-    fn now() -> Timestamp {
-        NOW.parse().unwrap()
-    }
-
     /// The owner's Pod, running on node `kwok-1`.
     fn running(uid: &str) -> Pod {
         let mut p = pod("operator-b", Some(uid));
@@ -482,13 +497,10 @@ mod tests {
     #[test]
     fn owner_pod_deleted_or_replaced_is_gone() {
         let owner = pod_owner("operator-b", "uid-b");
-        assert_eq!(
-            pod_verdict(&owner, None, now()),
-            PodVerdict::Gone(Gone::Deleted)
-        );
+        assert_eq!(pod_verdict(&owner, None), PodVerdict::Gone(Gone::Deleted));
         for other in [running("uid-c"), pod("operator-b", None)] {
             assert_eq!(
-                pod_verdict(&owner, Some(&other), now()),
+                pod_verdict(&owner, Some(&other)),
                 PodVerdict::Gone(Gone::Replaced)
             );
         }
@@ -498,7 +510,7 @@ mod tests {
     fn running_owner_pod_depends_on_its_node() {
         let owner = pod_owner("operator-b", "uid-b");
         assert_eq!(
-            pod_verdict(&owner, Some(&running("uid-b")), now()),
+            pod_verdict(&owner, Some(&running("uid-b"))),
             runs_on_its_node()
         );
         // Pending and Unknown are not terminal; without a node there is nothing to read.
@@ -510,7 +522,7 @@ mod tests {
             });
             p.spec = None;
             assert_eq!(
-                pod_verdict(&owner, Some(&p), now()),
+                pod_verdict(&owner, Some(&p)),
                 PodVerdict::Runs { node: None },
                 "{phase:?}"
             );
@@ -537,29 +549,64 @@ mod tests {
                 reason: reason.map(Into::into),
             };
             assert_eq!(gone.to_string(), says);
-            assert_eq!(pod_verdict(&owner, Some(&p), now()), PodVerdict::Gone(gone));
+            assert_eq!(pod_verdict(&owner, Some(&p)), PodVerdict::Gone(gone));
         }
     }
 
     #[test]
-    fn owner_pod_being_deleted_is_gone_once_its_grace_period_is_over() {
+    fn owner_pod_being_deleted_is_gone_only_once_its_kubelet_says_it_stopped() {
         let owner = pod_owner("operator-b", "uid-b");
         let deleting = |at: &str| {
             let mut p = running("uid-b");
             p.metadata.deletion_timestamp = Some(Time(at.parse().unwrap()));
             p
         };
-        // Within its grace period its process may still reconcile: not gone.
-        assert_eq!(
-            pod_verdict(&owner, Some(&deleting("2026-01-01T00:01:01Z")), now()),
-            runs_on_its_node()
-        );
-        for overdue in [NOW, "2026-01-01T00:00:30Z"] {
+        // Within its grace period or past it, its process may still reconcile: not gone
+        // (the deadline is not even looked at).
+        for deadline in ["2026-01-01T00:01:00Z", "2999-01-01T00:00:00Z"] {
             assert_eq!(
-                pod_verdict(&owner, Some(&deleting(overdue)), now()),
-                PodVerdict::Gone(Gone::DeletionOverdue)
+                pod_verdict(&owner, Some(&deleting(deadline))),
+                runs_on_its_node(),
+                "{deadline}"
             );
         }
+        // Its kubelet stopped its containers: a terminal phase.
+        let mut stopped = deleting("2026-01-01T00:01:00Z");
+        stopped.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..PodStatus::default()
+        });
+        assert_eq!(
+            pod_verdict(&owner, Some(&stopped)),
+            PodVerdict::Gone(Gone::Finished {
+                phase: "Failed".into(),
+                reason: None
+            })
+        );
+    }
+
+    fn config() -> LeaderConfig {
+        LeaderConfig {
+            lease_name: "operator-leader".into(),
+            namespace: "ns".into(),
+            identity: "operator-a".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn a_new_leader_waits_for_the_old_one_to_see_its_lock_gone_and_stop() {
+        let config = config();
+        // A fresh lock, or this Pod's own: no one to wait for.
+        assert_eq!(handover_wait(&config, false), Duration::ZERO);
+        // Taken over: the old leader checks within a retry period, then stops within its
+        // grace or its process exits; the new one waits longer than both.
+        let wait = handover_wait(&config, true);
+        assert_eq!(wait, Duration::from_secs(7));
+        let old = Pace::of(LeaderElectionMode::ForLife, &config);
+        assert!(wait > old.period + old.grace, "{wait:?} {old:?}");
     }
 
     fn node(ready: Option<&str>) -> Node {

@@ -14,12 +14,15 @@
 //! Mode `for-life` is operator-sdk's leader-for-life: the leader creates a ConfigMap lock
 //! owned by its own Pod (found through `POD_NAME` and `POD_NAMESPACE`, from the downward
 //! API) and never gives it up; the lock goes when that Pod is gone: deleted (garbage
-//! collection), finished (Failed, e.g. Evicted, or Succeeded), past the end of its
-//! deletion grace period, or on a Node that is NotReady or deleted (see `for_life.rs`).
-//! A candidate that finds the owner gone removes exactly that lock and takes over. The
-//! leader checks its lock every `retry_period` and stops as soon as it sees the lock gone
-//! or owned by another Pod. There is no expiry, so a leader cut off from the API server
-//! keeps leading until its Pod is judged gone, at the price of a slower takeover.
+//! collection), finished (Failed, e.g. Evicted, or Succeeded; a Pod being deleted only
+//! once its kubelet says so), or on a Node that is NotReady or deleted (see
+//! `for_life.rs`). A candidate that finds the owner gone removes exactly that lock, takes
+//! it, and waits until the old leader, should it still run, has seen that and stopped
+//! before it leads. The leader checks its lock every `retry_period` and stops as soon as it
+//! sees the lock gone or owned by another Pod. There is no expiry, so a leader cut off
+//! from the API server keeps leading until its Pod is judged gone, at the price of a
+//! slower takeover; one cut off at its checks may still write once reconnected, before
+//! its next check (`for_life.rs`).
 //!
 //! A leader never says it leads when it does not: a loss is reported through
 //! [`Leadership::lost`], which also resolves when the task keeping the leadership ended
