@@ -33,6 +33,7 @@ pub mod conditions;
 mod error;
 pub mod events;
 mod expiring;
+mod fair;
 mod health;
 mod leader;
 mod metrics;

@@ -112,12 +112,16 @@ impl Default for ClientRateLimit {
 /// tokio's clock (exact under `tokio::time::pause()`), and saturates instead of
 /// overflowing for any valid rate.
 ///
-/// Waiters queue on a fair (FIFO) `tokio::sync::Mutex`: the first in line sleeps until its
-/// token is due and takes it only then, so a waiter that is dropped (a cancelled request)
-/// takes nothing, and nobody polls in a loop.
+/// Waiters take turns by namespace (the namespace in the request's path; cluster-wide
+/// requests count as one more), round robin across the namespaces with requests waiting
+/// and first come, first served within one ([`crate::fair`]): one namespace's burst of
+/// requests waits behind itself, not in front of another's. The one whose turn it is
+/// sleeps until its token is due and takes it only then, so a waiter that is dropped (a
+/// cancelled request) takes nothing, and nobody polls in a loop.
 #[derive(Clone)]
 pub struct TokenBucket {
     shared: Arc<Bucket>,
+    turns: Arc<crate::fair::FairSlots>,
 }
 
 struct Bucket {
@@ -159,15 +163,18 @@ impl TokenBucket {
                 origin: Instant::now(),
                 full_at: tokio::sync::Mutex::new(Duration::ZERO),
             }),
+            turns: crate::fair::FairSlots::new(1),
         }
     }
 
-    /// Takes one token, first waiting (in line behind earlier callers) until one is there.
-    pub async fn acquire(&self) {
+    /// Takes one token for a request in `namespace` (`""`: cluster-wide), first waiting for
+    /// the namespace's turn and then until a token is there.
+    pub async fn acquire(&self, namespace: &str) {
         let bucket = &*self.shared;
         if bucket.unlimited {
             return;
         }
+        let _turn = self.turns.acquire(namespace).await;
         let mut full_at = bucket.full_at.lock().await;
         let now = Instant::now().saturating_duration_since(bucket.origin);
         // An idle bucket is full, and no fuller.
@@ -217,11 +224,35 @@ pub struct RateLimit<S> {
     bucket: TokenBucket,
 }
 
+/// The namespace a request is about, read off its path (`/api/v1/namespaces/<ns>/...`,
+/// `/apis/<group>/<version>/namespaces/<ns>/...`); `""` for a cluster-wide one.
+#[must_use]
+pub fn request_namespace(path: &str) -> &str {
+    let mut segments = path.split('/').skip_while(|s| *s != "namespaces").skip(1);
+    match (segments.next(), segments.next()) {
+        // `/api/v1/namespaces/<ns>` alone is the Namespace object: cluster-wide.
+        (Some(ns), Some(_)) => ns,
+        _ => "",
+    }
+}
+
+/// What [`RateLimit`] needs to know of a request: the namespace it is about.
+pub trait InNamespace {
+    /// The namespace, or `""` for a cluster-wide request.
+    fn namespace(&self) -> &str;
+}
+
+impl<B> InNamespace for Request<B> {
+    fn namespace(&self) -> &str {
+        request_namespace(self.uri().path())
+    }
+}
+
 impl<S, Req> tower_service::Service<Req> for RateLimit<S>
 where
     S: tower_service::Service<Req> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    Req: Send + 'static,
+    Req: InNamespace + Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -235,8 +266,9 @@ where
     fn call(&mut self, request: Req) -> Self::Future {
         let inner = self.inner.clone();
         let bucket = self.bucket.clone();
+        let namespace = request.namespace().to_owned();
         Box::pin(async move {
-            bucket.acquire().await;
+            bucket.acquire(&namespace).await;
             inner.oneshot(request).await
         })
     }
@@ -339,6 +371,59 @@ impl<B, E> Policy<Request<Body>, Response<B>, E> for RetryThrottled {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    impl InNamespace for u32 {
+        fn namespace(&self) -> &str {
+            ""
+        }
+    }
+
+    #[test]
+    fn the_namespace_of_a_request_is_read_off_its_path() {
+        assert_eq!(request_namespace("/api/v1/namespaces/a/pods"), "a");
+        assert_eq!(
+            request_namespace("/apis/apps/v1/namespaces/b/deployments/d/scale"),
+            "b"
+        );
+        assert_eq!(
+            request_namespace("/api/v1/namespaces/a"),
+            "",
+            "the Namespace itself"
+        );
+        assert_eq!(request_namespace("/api/v1/pods"), "");
+        assert_eq!(
+            request_namespace("/apis/batch.tutorial.kubebuilder.io/v1/podsets"),
+            ""
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_go_to_namespaces_in_turn() {
+        // One token a second: a's burst of 20 is queued before b's one request.
+        let bucket = bucket(1.0, 1);
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let start = |ns: &'static str, id: usize| {
+            let (bucket, order) = (bucket.clone(), Arc::clone(&order));
+            tokio::spawn(async move {
+                bucket.acquire(ns).await;
+                order.lock().unwrap().push(format!("{ns}{id}"));
+            })
+        };
+        let mut tasks: Vec<_> = (0..20).map(|i| start("a", i)).collect();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tasks.push(start("b", 0));
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        let b = order.iter().position(|o| o == "b0").unwrap();
+        // a0 took the full bucket's token, a1 holds the turn (waiting for the next one),
+        // a's turn came before b's: then b's, not the rest of the burst.
+        assert!(
+            b <= 3,
+            "b waited at most two tokens of a's burst, not all of it: {order:?}"
+        );
+    }
     use std::sync::{
         Mutex,
         atomic::{AtomicU32, Ordering},
@@ -426,12 +511,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_bucket_refills_to_burst_and_no_more() {
         let b = bucket(2.0, 2);
-        b.acquire().await;
-        b.acquire().await;
+        b.acquire("").await;
+        b.acquire("").await;
         tokio::time::sleep(Duration::from_secs(60)).await;
         let start = Instant::now();
         for _ in 0..3 {
-            b.acquire().await;
+            b.acquire("").await;
         }
         assert_eq!(start.elapsed(), Duration::from_millis(500));
     }
@@ -442,7 +527,7 @@ mod tests {
         let b = bucket(0.5, 1);
         let start = Instant::now();
         for _ in 0..3 {
-            b.acquire().await;
+            b.acquire("").await;
         }
         assert_eq!(start.elapsed(), Duration::from_secs(4));
     }
@@ -452,10 +537,10 @@ mod tests {
     async fn a_cancelled_wait_takes_no_token() {
         let b = bucket(1.0, 1);
         let start = Instant::now();
-        b.acquire().await;
-        let waited = tokio::time::timeout(Duration::from_millis(500), b.acquire()).await;
+        b.acquire("").await;
+        let waited = tokio::time::timeout(Duration::from_millis(500), b.acquire("")).await;
         assert!(waited.is_err(), "the second token is not due before 1 s");
-        b.acquire().await;
+        b.acquire("").await;
         assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
 
@@ -653,7 +738,7 @@ mod tests {
         let bucket = TokenBucket::new(ClientRateLimit::default());
         let start = Instant::now();
         for _ in 0..1000 {
-            bucket.acquire().await;
+            bucket.acquire("").await;
         }
         assert_eq!(start.elapsed(), Duration::ZERO);
     }

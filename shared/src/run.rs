@@ -14,7 +14,6 @@ use kube::{
     },
 };
 
-mod fair;
 mod guard;
 mod resync;
 
@@ -135,7 +134,7 @@ impl Operator {
                 .progress_every(PROGRESS_INTERVAL),
             resyncs: Arc::new(Admission::new(RESYNC_QUEUED)),
             status_writes,
-            slots: fair::FairSlots::new(usize::from(args.max_concurrent_reconciles)),
+            slots: crate::fair::FairSlots::new(usize::from(args.max_concurrent_reconciles)),
             reconcile,
         });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);

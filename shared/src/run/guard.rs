@@ -46,7 +46,7 @@ pub(super) struct Guard<K, Ctx, Fut> {
     /// watches do not pass on as triggers ([`crate::Scope::with_status_writes`]).
     pub(super) status_writes: Arc<crate::status::StatusWrites>,
     /// The reconcile slots (`--max-concurrent-reconciles`), taken in turn by namespace.
-    pub(super) slots: Arc<super::fair::FairSlots>,
+    pub(super) slots: Arc<crate::fair::FairSlots>,
     /// The operator's reconcile.
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }

@@ -1,11 +1,13 @@
-//! The reconcile slots (`--max-concurrent-reconciles`), handed out fairly across
-//! namespaces: when every slot is taken, the next free one goes to the namespace next in
-//! turn among those with a reconcile waiting (round robin), and within a namespace to its
-//! earliest waiter. One namespace's burst of objects then waits behind itself, and an
-//! object of another namespace waits for at most one slot to free up per namespace ahead
-//! of it, not for the burst: kube's own queue hands ready objects to its slots first come,
-//! first served, so it runs with no limit of its own and every reconcile takes its slot
-//! here.
+//! Turns taken fairly across namespaces: a fixed number of slots, and when every slot is
+//! taken, the next free one goes to the namespace next in turn among those with someone
+//! waiting (round robin), and within a namespace to its earliest waiter. One namespace's
+//! burst then waits behind itself, and another namespace's work waits for at most one
+//! slot to free up per namespace ahead of it.
+//!
+//! Two users: the reconcile slots (`--max-concurrent-reconciles`; kube's own queue hands
+//! ready objects to its slots first come, first served, so it runs with no limit of its
+//! own and every reconcile takes its slot here), and the client's token bucket
+//! (`shared::rate_limit`), whose tokens go to namespaces in turn.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -14,7 +16,7 @@ use std::{
 
 use tokio::sync::oneshot;
 
-/// Reconcile slots shared by every scope of the process.
+/// Slots shared by every scope of the process, taken in turn by namespace.
 #[derive(Debug)]
 pub(crate) struct FairSlots {
     state: Mutex<State>,
@@ -76,7 +78,7 @@ impl FairSlots {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes a slot for a reconcile of an object in `namespace`, waiting for its turn.
+    /// Takes a slot for work in `namespace`, waiting for its turn.
     pub(crate) async fn acquire(self: &Arc<Self>, namespace: &str) -> Slot {
         let slot = {
             let mut state = self.state();
