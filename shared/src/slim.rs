@@ -561,10 +561,14 @@ impl<'de, K> Deserialize<'de> for Slim<K> {
                     Some(fields) => projection::project(&value, fields),
                     None => Value::Null,
                 };
-                let spec = match (wire.spec, owned.get("f:spec")) {
-                    (Some(spec), Some(fields)) => Some(projection::project(&spec, fields)),
-                    _ => None,
-                };
+                let spec = wire.spec.map(|spec| {
+                    let mut kept = match owned.get("f:spec") {
+                        Some(fields) => projection::project(&spec, fields),
+                        None => Value::Object(serde_json::Map::new()),
+                    };
+                    projection::keep_small_scalars(&spec, &mut kept);
+                    kept
+                });
                 (
                     pick(labels, "f:labels"),
                     pick(annotations, "f:annotations"),

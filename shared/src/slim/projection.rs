@@ -116,6 +116,30 @@ pub(crate) fn project(value: &Value, fields: &Value) -> Value {
     }
 }
 
+/// At most this many bytes (as JSON) of a scalar field of a child's `spec` that our field
+/// manager does not own are kept beside the projection ([`keep_small_scalars`]).
+pub const MAX_KEPT_SCALAR: usize = 256;
+
+/// Adds to `kept` (a projection of `spec`) the top-level scalar fields of `spec` it lacks,
+/// each of at most [`MAX_KEPT_SCALAR`] bytes: fields the API server sets and a reconcile
+/// reads (a Service's `clusterIP`, a Deployment's `replicas` after someone scaled it). A
+/// value kept this way can only make a comparison find a difference, never hide one.
+pub(crate) fn keep_small_scalars(spec: &Value, kept: &mut Value) {
+    let (Value::Object(spec), Value::Object(kept)) = (spec, kept) else {
+        return;
+    };
+    for (name, value) in spec {
+        let small = match value {
+            Value::String(s) => s.len() <= MAX_KEPT_SCALAR,
+            Value::Number(_) | Value::Bool(_) => true,
+            _ => false,
+        };
+        if small && !kept.contains_key(name) {
+            kept.insert(name.clone(), value.clone());
+        }
+    }
+}
+
 /// Whether the list item `item` at `index` is the one the `fieldsV1` key `key` names.
 fn item_matches(key: &str, index: usize, item: &Value) -> bool {
     if let Some(k) = key.strip_prefix("k:") {
@@ -182,6 +206,18 @@ mod tests {
         assert_eq!(project(&ports, &fields), json!([{"name": "m"}]));
         let other = json!({"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {"f:name": {}}});
         assert_eq!(project(&ports, &other), json!([]));
+    }
+
+    #[test]
+    fn small_top_level_scalars_are_kept_beside_the_projection() {
+        let spec = json!({"clusterIP": "10.96.0.12", "type": "ClusterIP", "replicas": 7,
+            "big": "x".repeat(MAX_KEPT_SCALAR + 1), "ports": [{"port": 1}], "selector": {"a": "b"}});
+        let mut kept = json!({"replicas": 3});
+        keep_small_scalars(&spec, &mut kept);
+        assert_eq!(
+            kept,
+            json!({"clusterIP": "10.96.0.12", "type": "ClusterIP", "replicas": 3})
+        );
     }
 
     #[test]
