@@ -1,6 +1,6 @@
 //! The Memcached operator on a real cluster, run with its own ServiceAccount.
 
-use anyhow::{Context, Result, ensure};
+use anyhow::Result;
 use e2e::kinds::{MEMCACHED, assert_all_creates_rejected, memcached};
 use e2e::operator::{OperatorProcess, touch_and_wait_reconcile};
 use e2e::{
@@ -9,8 +9,7 @@ use e2e::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::Resource;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use memcached_operator::api::Memcached;
 use serde_json::{Value, json};
 
@@ -326,53 +325,6 @@ async fn memcached_deleted_while_operator_down_completes_on_restart() -> Result<
     let _op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
     wait_gone(&api, "later").await?;
     wait_gone(&ns.api::<Deployment>(), "later").await?;
-    Ok(())
-}
-
-/// A Service an earlier version made, with a virtual IP (which cannot become headless in
-/// place: the API server refuses to change `clusterIP`), is replaced by the headless one:
-/// that very object deleted, and created again.
-#[tokio::test]
-async fn memcached_replaces_an_earlier_cluster_ip_service_with_a_headless_one() -> Result<()> {
-    let ns = TestNamespace::new("memcached-headless").await?;
-    let mc = create(&ns, memcached("cache", 1)).await?;
-    let owner = mc
-        .controller_owner_ref(&())
-        .context("the Memcached has no UID")?;
-    let mut earlier = memcached_operator::desired::desired_service(&mc, owner);
-    if let Some(spec) = earlier.spec.as_mut() {
-        spec.cluster_ip = None;
-    }
-    let earlier = ns
-        .api::<Service>()
-        .create(&PostParams::default(), &earlier)
-        .await?;
-    let earlier_ip = earlier.spec.as_ref().and_then(|s| s.cluster_ip.clone());
-    ensure!(
-        earlier_ip.as_deref().is_some_and(|ip| ip != "None"),
-        "the earlier Service got a virtual IP: {earlier_ip:?}"
-    );
-
-    let op = OperatorProcess::start(OPERATOR, &[&ns.name]).await?;
-    let svc = wait_until(&ns.api::<Service>(), "cache", |s: &Service| {
-        s.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None")
-    })
-    .await
-    .with_context(|| format!("operator log:\n{}", op.log()))?;
-    ensure!(
-        svc.metadata.uid != earlier.metadata.uid,
-        "the headless Service is a new object"
-    );
-    ensure!(
-        controller_ref(&svc).map(|r| r.uid.as_str()) == mc.metadata.uid.as_deref(),
-        "still controlled by the Memcached"
-    );
-    wait_available(&ns, "cache", 1).await?;
-    ensure!(
-        op.log().contains("deleting the child to create it again"),
-        "the operator says why it deleted the Service:\n{}",
-        op.log()
-    );
     Ok(())
 }
 

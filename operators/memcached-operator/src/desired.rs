@@ -258,18 +258,6 @@ pub fn desired_network_policy(mc: &Memcached, owner: OwnerReference) -> Option<N
     })
 }
 
-/// Whether the Service `existing` must be deleted and created again to become `desired`:
-/// its cluster IP is immutable, so a Service an earlier version of this operator made
-/// with a virtual IP cannot be updated to headless (the API server refuses it).
-#[must_use]
-pub fn service_needs_recreate(desired: &Service, existing: &Service) -> bool {
-    let ip = |s: &Service| s.spec.as_ref().and_then(|s| s.cluster_ip.clone());
-    match (ip(desired), ip(existing)) {
-        (Some(want), Some(have)) => !have.is_empty() && want != have,
-        _ => false,
-    }
-}
-
 /// Whether `pod` is a pod of the Deployment `deployment` (named after the Memcached): its
 /// controller is a ReplicaSet `<deployment>-<pod-template-hash>`. Labels alone could be
 /// copied by anyone; this also needs the owner the Deployment controller sets.
@@ -392,30 +380,6 @@ mod tests {
                 (port, Some(IntOrString::String(CONTAINER.into())))
             );
         }
-    }
-
-    #[test]
-    fn only_a_service_with_a_virtual_ip_is_recreated() {
-        let desired = desired_service(&memcached(1, None), owner());
-        let with_ip = |ip: Option<&str>| {
-            let mut s = desired.clone();
-            s.spec.as_mut().unwrap().cluster_ip = ip.map(str::to_owned);
-            s
-        };
-        // Made by an earlier version: a virtual IP, which cannot be changed to None.
-        assert!(service_needs_recreate(
-            &desired,
-            &with_ip(Some("10.96.0.12"))
-        ));
-        // Already headless; or not allocated yet (nothing to keep).
-        assert!(!service_needs_recreate(&desired, &with_ip(Some(HEADLESS))));
-        assert!(!service_needs_recreate(&desired, &with_ip(Some(""))));
-        assert!(!service_needs_recreate(&desired, &with_ip(None)));
-        // A desired Service that leaves the IP to the API server keeps whatever it has.
-        assert!(!service_needs_recreate(
-            &with_ip(None),
-            &with_ip(Some("10.96.0.12"))
-        ));
     }
 
     fn with_policy(enabled: bool, namespaces: &[&str]) -> Memcached {

@@ -268,10 +268,7 @@ enum Child<K> {
 }
 
 /// Server-side applies `desired` unless the cache shows it in sync. An object of that name
-/// that this Memcached does not control is never taken over (`shared::ownership`). Ours,
-/// but with an immutable field `desired` changes (`recreate` says so), it is deleted
-/// first (only that very object: preconditions on its UID and resourceVersion) and
-/// created again.
+/// that this Memcached does not control is never taken over (`shared::ownership`).
 ///
 /// A cached version found ours and in sync is marked with the desired object's
 /// fingerprint ([`Slim::holds`]): most reconciles of a converging Memcached want the same
@@ -287,7 +284,6 @@ async fn write_child<K>(
     desired: &K,
     cached: Option<Arc<Slim<K>>>,
     owner: &OwnerReference,
-    recreate: fn(&K, &K) -> bool,
     scalable: bool,
 ) -> Result<Child<K>, Error>
 where
@@ -302,25 +298,6 @@ where
     let cached = slim.as_ref().map(|c| c.full()).transpose()?.map(Arc::new);
     let cached = match claim(api, &name, cached, owner).await? {
         Claim::Free => None,
-        Claim::Ours(existing) if recreate(desired, &existing) => {
-            let kind = K::kind(&());
-            tracing::info!(%kind, child = %name, "deleting the child to create it again: a field it must change is immutable");
-            let preconditions = Preconditions {
-                uid: existing.uid(),
-                resource_version: existing.resource_version(),
-            };
-            let params = DeleteParams {
-                preconditions: Some(preconditions),
-                ..DeleteParams::default()
-            };
-            match api.delete(&name, &params).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) if namespace_terminating(&e) => return Ok(Child::NamespaceTerminating),
-                Err(e) => return Err(e.into()),
-            }
-            None
-        }
         Claim::Ours(existing) => Some(existing),
         Claim::Leftover => {
             // Left by a deleted Memcached of the same name; garbage collection removes it
@@ -376,7 +353,6 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         &desired_deployment,
         cached,
         &owner,
-        |_, _| false,
         true,
     )
     .await?
@@ -404,7 +380,6 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
         &desired_service,
         cached,
         &owner,
-        desired::service_needs_recreate,
         false,
     )
     .await?
@@ -435,7 +410,6 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
             &desired_policy,
             cached,
             &owner,
-            |_, _| false,
             false,
         )
         .await?
@@ -704,48 +678,6 @@ mod tests {
         let mut svc = desired::desired_service(mc, owner_reference(mc).unwrap());
         svc.spec.as_mut().unwrap().cluster_ip = Some(cluster_ip.into());
         svc
-    }
-
-    #[tokio::test]
-    async fn a_service_with_a_virtual_ip_is_deleted_and_created_headless() {
-        let mc = with_finalizer();
-        // The Service as an earlier version made it: ours, with a virtual IP.
-        let mut earlier = our_service(&mc, "10.96.0.12");
-        earlier.metadata.uid = Some("svc-uid".into());
-        earlier.metadata.resource_version = Some("7".into());
-        let earlier = serde_json::to_value(&earlier).unwrap();
-        let replies = vec![
-            Reply::error(404, "not found"),
-            Reply::Echo,
-            Reply::Object(earlier.clone()),
-            Reply::Object(earlier),
-            Reply::Echo,
-            Reply::Object(serde_json::to_value(&mc).unwrap()),
-            Reply::Echo,
-        ];
-        let (result, api) = run(mc, replies).await;
-        assert_eq!(result.unwrap(), Action::await_change());
-        let status = format!("PATCH {MEMCACHED}/status");
-        let delete = "DELETE /api/v1/namespaces/ns/services/cache";
-        assert_eq!(
-            api.lines(),
-            [
-                GET_DEPLOYMENT,
-                APPLY_DEPLOYMENT,
-                GET_SERVICE,
-                delete,
-                APPLY_SERVICE,
-                &status,
-                EVENT
-            ]
-        );
-        let seen = api.seen();
-        assert_eq!(
-            seen[3].body["preconditions"],
-            serde_json::json!({"uid": "svc-uid", "resourceVersion": "7"}),
-            "that very Service, as it was read"
-        );
-        assert_eq!(seen[4].body["spec"]["clusterIP"], "None");
     }
 
     #[tokio::test]
