@@ -98,6 +98,37 @@ pub struct OperatorProcess {
     pub metrics_port: u16,
     /// Port of `/healthz` and `/readyz`.
     pub health_port: u16,
+    /// Its rights over a leader-election lock of its own name, if it has one.
+    _lock_grant: Option<crate::rbac::LockGrant>,
+}
+
+/// The leader-election lock `options` name other than the default one `deploy/` grants
+/// (`--leader-election-id=<lock>`, not `<operator>-leader`), and the namespaces it may live
+/// in: `--leader-election-namespace`, `POD_NAMESPACE` (leader-for-life), else
+/// `<operator>-system`.
+fn lock_of_its_own(operator: &str, options: &OperatorOptions) -> Option<(String, Vec<String>)> {
+    let flag = |name: &str| {
+        options
+            .args
+            .iter()
+            .find_map(|a| a.strip_prefix(name)?.strip_prefix('='))
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let lock = flag("--leader-election-id").filter(|id| *id != format!("{operator}-leader"))?;
+    let mut namespaces: Vec<String> = flag("--leader-election-namespace").into_iter().collect();
+    if let Some((_, ns)) = options
+        .env
+        .iter()
+        .find(|(k, v)| k == "POD_NAMESPACE" && !v.is_empty())
+        && !namespaces.contains(ns)
+    {
+        namespaces.push(ns.clone());
+    }
+    if namespaces.is_empty() {
+        namespaces.push(format!("{operator}-system"));
+    }
+    Some((lock, namespaces))
 }
 
 impl OperatorProcess {
@@ -114,6 +145,16 @@ impl OperatorProcess {
         options: OperatorOptions,
     ) -> Result<OperatorProcess> {
         install(operator)?;
+        // deploy/'s Roles name only the default lock: one of the test's own is granted to
+        // the operator's ServiceAccount (whose token the process uses, also through a
+        // kubeconfig of the test's) as a user who passes another --leader-election-id
+        // grants it.
+        let lock_grant = match lock_of_its_own(operator, &options) {
+            Some((lock, namespaces)) => {
+                Some(crate::rbac::grant_lock(operator, &lock, &namespaces)?)
+            }
+            None => None,
+        };
         let kubeconfig = match options.kubeconfig {
             Some(path) => path,
             None => service_account_kubeconfig(operator)?,
@@ -142,6 +183,7 @@ impl OperatorProcess {
             metrics_port: process.metrics_port,
             health_port: process.health_port,
             process,
+            _lock_grant: lock_grant,
         };
         if options.wait_ready {
             process.wait_ready().await?;

@@ -133,3 +133,71 @@ pub fn apply_leader_for_life_rbac(operator: &str) -> Result<()> {
         .with_context(|| format!("applying {}", path.display()))?;
     Ok(())
 }
+
+/// Label of the Roles and RoleBindings [`grant_lock`] makes.
+pub const LOCK_GRANT_LABEL: &str = "e2e.rust-operators.dev/lock-grant";
+
+/// Rights over a leader-election lock of a test's own name ([`grant_lock`]), taken back
+/// (deleted, without waiting) when dropped.
+pub struct LockGrant {
+    name: String,
+    namespaces: Vec<String>,
+}
+
+impl Drop for LockGrant {
+    fn drop(&mut self) {
+        for namespace in &self.namespaces {
+            let _ = kubectl_runner().capture([
+                "delete",
+                "role,rolebinding",
+                &self.name,
+                "-n",
+                namespace,
+                "--ignore-not-found",
+                "--wait=false",
+            ]);
+        }
+    }
+}
+
+/// What a user who passes `--leader-election-id=<lock>` adds to the Roles of `deploy/`,
+/// which name only the default lock `<operator>-leader`: `get` and `update` of the Lease
+/// `lock`, `get` and `delete` of the ConfigMap `lock` (leader-for-life), for the operator's
+/// ServiceAccount in each of `namespaces` (`create` is unnamed there already). Each call
+/// makes Roles of its own (each replica of a test holds one), labelled
+/// [`LOCK_GRANT_LABEL`].
+pub fn grant_lock(operator: &str, lock: &str, namespaces: &[String]) -> Result<LockGrant> {
+    let grant = LockGrant {
+        name: format!("e2e-lock-{}", crate::unique_suffix()),
+        namespaces: namespaces.to_vec(),
+    };
+    let metadata = |namespace: &str| json!({"name": grant.name, "namespace": namespace, "labels": {LOCK_GRANT_LABEL: "true"}});
+    let mut items = Vec::new();
+    for namespace in namespaces {
+        items.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": metadata(namespace),
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": [lock], "verbs": ["get", "update"]},
+                {"apiGroups": [""], "resources": ["configmaps"],
+                 "resourceNames": [lock], "verbs": ["get", "delete"]},
+            ],
+        }));
+        items.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": metadata(namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grant.name},
+            "subjects": [{"kind": "ServiceAccount", "name": operator,
+                          "namespace": format!("{operator}-system")}],
+        }));
+    }
+    let path = crate::manifests::write_json(
+        "lock-grant",
+        &json!({"apiVersion": "v1", "kind": "List", "items": items}),
+    )?;
+    kubectl_runner()
+        .output(["apply".as_ref(), "-f".as_ref(), path.as_os_str()])
+        .with_context(|| format!("granting the lock {lock} to {operator}"))?;
+    Ok(grant)
+}
