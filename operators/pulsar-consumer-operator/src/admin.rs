@@ -12,9 +12,17 @@
 //!   (error bodies are never read); it is parsed by a typed visitor that keeps the one
 //!   subscription's `msgBacklog` and skips everything else without building it
 //!   ([`backlog_from_stats`]), never into a whole JSON value;
-//! - what is told: an [`AdminError`] carries no text of the answer or of the connection's
-//!   error, only fixed messages (and an HTTP status code), so nothing the endpoint says
-//!   reaches a status or an event. The details are logged at debug level.
+//! - whose: a PulsarConsumer's reads reach the Services of its own namespace, or the
+//!   addresses the administrator allows every namespace ([`crate::target::Reach`]), so the
+//!   operator does not read another tenant's broker for a tenant;
+//! - what is told: every way a read fails (no connection, timeout, TLS, not HTTP, an HTTP
+//!   error, not JSON, too large, no such topic or subscription) is one reason and one
+//!   message in the status and events ([`REASON_UNAVAILABLE`], [`UNAVAILABLE_MESSAGE`]), so
+//!   they do not tell one target from another; only a target the policy refuses has a
+//!   reason of its own ([`REASON_TARGET_NOT_ALLOWED`]: it depends on the spec and the
+//!   administrator's settings, not on what answers). [`AdminError::detail`] says which
+//!   failure it was, for the operator's logs only, and never carries text of the answer.
+//!   The poller also makes every failure take as long as a timeout ([`crate::poll`]).
 //!
 //! HTTP client: hyper-util's client over hyper-rustls (ring, native roots, HTTP/1 only),
 //! the very crates kube already builds for its own connection, so the operator gains no new
@@ -35,7 +43,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
-use crate::target::{GuardedConnector, TargetPolicy, not_allowed_in};
+use crate::target::{GuardedConnector, Reach, TargetPolicy, not_allowed_in, service_name};
 
 /// Pulsar's standard web service (admin API) port, for `pulsar://` service URLs.
 pub const DEFAULT_ADMIN_PORT: u16 = 8080;
@@ -159,40 +167,49 @@ pub fn stats_url(admin_url: &str, topic: &Topic, partitioned: bool) -> String {
     )
 }
 
-/// Why the backlog could not be read. The messages are fixed: nothing the endpoint answered
-/// (body, headers, the text of a connection error) is in them, only an HTTP status code and
-/// what the spec names (topic, subscription).
+/// `ScalingActive=False` reason of every read that failed at or after the connection.
+pub const REASON_UNAVAILABLE: &str = "AdminAPIUnavailable";
+/// `ScalingActive=False` reason: the target is refused ([`AdminError::NotAllowed`]).
+pub const REASON_TARGET_NOT_ALLOWED: &str = "AdminTargetNotAllowed";
+/// The message of every read that failed at or after the connection, whatever the failure.
+pub const UNAVAILABLE_MESSAGE: &str =
+    "the Pulsar admin API did not give the subscription's backlog (the operator's log says why)";
+
+/// Why the backlog could not be read. What a tenant sees of it ([`AdminError::reason`] and the
+/// `Display` message, which go into the status and events) is the same for every variant
+/// but [`AdminError::NotAllowed`]: the variants are for the operator's logs
+/// ([`AdminError::detail`]), and none carries text of the answer or of the connection's error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdminError {
     /// The target is refused by the operator's policy ([`crate::target`]).
     #[error(
-        "spec.autoscaling.adminUrl (when unset: the host of spec.serverAddress) points at an \
-         address the operator does not connect to: loopback, link-local, unspecified, \
-         multicast or broadcast, a cloud metadata service or the Kubernetes API server"
+        "spec.autoscaling.adminUrl (when unset: the host of spec.serverAddress) is neither a \
+         Service of the PulsarConsumer's namespace (<service>.<namespace>[.svc]) nor an \
+         address the operator's administrator allows every namespace, or it points at \
+         loopback, link-local, unspecified, multicast or broadcast addresses, a cloud \
+         metadata service or the Kubernetes API server"
     )]
     NotAllowed,
     /// No connection (refused, unreachable, DNS, TLS).
-    #[error("the Pulsar admin API cannot be reached (no TCP or TLS connection)")]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     Unreachable,
-    /// No whole answer in time.
-    #[error("the Pulsar admin API did not answer within {0}s")]
+    /// No whole answer in time (seconds).
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     Timeout(u64),
-    /// The connection broke before a whole answer came.
-    #[error("the connection to the Pulsar admin API broke before a whole answer came")]
+    /// The connection broke before a whole answer came, or what came was not HTTP.
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     Broken,
     /// A 5xx.
-    #[error("the Pulsar admin API answered HTTP {0}")]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     ServerError(u16),
     /// The operator cannot set up TLS (a local problem).
-    #[error("the operator cannot set up TLS for the Pulsar admin API")]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     Tls,
     /// The broker does not know the topic (a 404).
-    #[error("the topic {0} does not exist (the consumers create it when they subscribe)")]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     TopicNotFound(String),
     /// The topic has no such subscription (yet).
-    #[error(
-        "the topic {topic} has no subscription {subscription} (a consumer creates it when it subscribes)"
-    )]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     SubscriptionNotFound {
         /// The topic.
         topic: String,
@@ -200,41 +217,76 @@ pub enum AdminError {
         subscription: String,
     },
     /// Another status (401, 403, 3xx, ...).
-    #[error("the Pulsar admin API answered HTTP {0}, not a topic's stats")]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     UnexpectedStatus(u16),
     /// A 2xx larger than [`MAX_BODY_BYTES`].
-    #[error(
-        "the Pulsar admin API answered more than {} KiB, more than a topic's stats",
-        MAX_BODY_BYTES >> 10
-    )]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     TooLarge,
     /// A 2xx that is not a topic stats document.
-    #[error(
-        "the Pulsar admin API's answer is not a topic's stats (no subscriptions with a msgBacklog)"
-    )]
+    #[error("{}", UNAVAILABLE_MESSAGE)]
     NotStats,
 }
 
-/// `ScalingActive=False` reason: the target is refused ([`AdminError::NotAllowed`]).
-pub const REASON_TARGET_NOT_ALLOWED: &str = "AdminTargetNotAllowed";
-/// `ScalingActive=False` reason: the answer is larger than [`MAX_BODY_BYTES`].
-pub const REASON_RESPONSE_TOO_LARGE: &str = "AdminResponseTooLarge";
-
 impl AdminError {
-    /// The `ScalingActive=False` reason.
+    /// The `ScalingActive=False` reason: [`REASON_TARGET_NOT_ALLOWED`] or
+    /// [`REASON_UNAVAILABLE`].
     #[must_use]
     pub fn reason(&self) -> &'static str {
         match self {
             AdminError::NotAllowed => REASON_TARGET_NOT_ALLOWED,
-            AdminError::Unreachable
-            | AdminError::Timeout(_)
-            | AdminError::Broken
-            | AdminError::ServerError(_)
-            | AdminError::Tls => "AdminAPIUnavailable",
-            AdminError::TopicNotFound(_) => "TopicNotFound",
-            AdminError::SubscriptionNotFound { .. } => "SubscriptionNotFound",
-            AdminError::UnexpectedStatus(_) | AdminError::NotStats => "InvalidAdminResponse",
-            AdminError::TooLarge => REASON_RESPONSE_TOO_LARGE,
+            _ => REASON_UNAVAILABLE,
+        }
+    }
+
+    /// Which failure it was, for the operator's logs (never a status or an event): fixed
+    /// words, an HTTP status code, and what the spec names (topic, subscription).
+    #[must_use]
+    pub fn detail(&self) -> String {
+        match self {
+            AdminError::NotAllowed => "the target is not allowed".to_owned(),
+            AdminError::Unreachable => "no TCP or TLS connection".to_owned(),
+            AdminError::Timeout(s) => format!("no whole answer within {s}s"),
+            AdminError::Broken => {
+                "the connection broke before a whole HTTP answer came (or it is not HTTP)"
+                    .to_owned()
+            }
+            AdminError::ServerError(code) => format!("answered HTTP {code}"),
+            AdminError::Tls => "the operator cannot set up TLS".to_owned(),
+            AdminError::TopicNotFound(topic) => {
+                format!("the topic {topic} does not exist (HTTP 404)")
+            }
+            AdminError::SubscriptionNotFound {
+                topic,
+                subscription,
+            } => format!("the topic {topic} has no subscription {subscription}"),
+            AdminError::UnexpectedStatus(code) => {
+                format!("answered HTTP {code}, not a topic's stats")
+            }
+            AdminError::TooLarge => format!(
+                "answered more than {} KiB, more than a topic's stats",
+                MAX_BODY_BYTES >> 10
+            ),
+            AdminError::NotStats => {
+                "the answer is not a topic's stats (no subscriptions with a msgBacklog)".to_owned()
+            }
+        }
+    }
+
+    /// A short, fixed name of the failure (a log field).
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AdminError::NotAllowed => "not_allowed",
+            AdminError::Unreachable => "unreachable",
+            AdminError::Timeout(_) => "timeout",
+            AdminError::Broken => "broken",
+            AdminError::ServerError(_) => "server_error",
+            AdminError::Tls => "tls_setup",
+            AdminError::TopicNotFound(_) => "topic_not_found",
+            AdminError::SubscriptionNotFound { .. } => "subscription_not_found",
+            AdminError::UnexpectedStatus(_) => "unexpected_status",
+            AdminError::TooLarge => "too_large",
+            AdminError::NotStats => "not_stats",
         }
     }
 }
@@ -498,17 +550,27 @@ impl Target {
 
 type HttpClient = Client<HttpsConnector<GuardedConnector>, Empty<Bytes>>;
 
+/// The two HTTP clients, one per [`Reach`].
+struct Clients {
+    /// Services of the PulsarConsumer's namespace.
+    namespace: HttpClient,
+    /// Addresses the administrator allows every namespace.
+    granted: HttpClient,
+}
+
 /// A client of Pulsar admin APIs, shared by all PulsarConsumers. Its TLS roots are loaded on
 /// first use, so an operator without autoscaling never loads them.
 pub struct AdminClient {
     policy: Arc<TargetPolicy>,
-    http: OnceLock<Option<HttpClient>>,
+    cluster_domain: Arc<str>,
+    http: OnceLock<Option<Clients>>,
 }
 
 impl std::fmt::Debug for AdminClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminClient")
             .field("policy", &self.policy)
+            .field("cluster_domain", &self.cluster_domain)
             .finish_non_exhaustive()
     }
 }
@@ -520,40 +582,51 @@ impl Default for AdminClient {
     }
 }
 
-/// The HTTP(S) client: rustls with ring and the system's CA certificates (without any, an
-/// empty trust store: plain http works, https fails each read), connecting only where
-/// `policy` allows. No connection is kept between reads: an idle pool keyed by what tenants
-/// choose (host and port) would grow with them, and one connection per read every few
-/// seconds costs a broker nothing.
-fn build_client(policy: Arc<TargetPolicy>) -> Option<HttpClient> {
-    let http = GuardedConnector::new(policy, |http| {
+/// The TLS settings of both clients: rustls with ring and the system's CA certificates
+/// (without any, an empty trust store: plain http works, https fails each read), HTTP/1.1
+/// offered by ALPN.
+fn tls_config() -> Option<Arc<rustls::ClientConfig>> {
+    use hyper_rustls::ConfigBuilderExt;
+    let builder = || {
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .inspect_err(|error| tracing::warn!(%error, "cannot set up TLS"))
+        .ok()
+    };
+    let mut config = match builder()?.with_native_roots() {
+        Ok(b) => b.with_no_client_auth(),
+        Err(error) => {
+            tracing::warn!(%error, "no CA certificates: https admin URLs cannot be verified");
+            builder()?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Some(Arc::new(config))
+}
+
+/// One HTTP(S) client, connecting only where `policy` allows for `reach`. No connection is
+/// kept between reads: an idle pool keyed by what tenants choose (host and port) would grow
+/// with them, and one connection per read every few seconds costs a broker nothing.
+fn build_client(
+    policy: Arc<TargetPolicy>,
+    reach: Reach,
+    tls: Arc<rustls::ClientConfig>,
+) -> HttpClient {
+    let http = GuardedConnector::new(policy, reach, |http| {
         http.enforce_http(false);
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
     });
-    let provider = rustls::crypto::ring::default_provider();
-    let builder = match hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(provider.clone())
-    {
-        Ok(b) => b,
-        Err(error) => {
-            tracing::warn!(%error, "no CA certificates: https admin URLs cannot be verified");
-            let config = rustls::ClientConfig::builder_with_provider(provider.into())
-                .with_safe_default_protocol_versions()
-                .inspect_err(|error| tracing::warn!(%error, "cannot set up TLS"))
-                .ok()?
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-        }
-    };
-    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Some(
-        Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
-            .http1_max_buf_size(READ_BUFFER_BYTES)
-            .http1_max_headers(64)
-            .build(connector),
-    )
+    // http and https alike (the scheme of the URL decides).
+    let connector = HttpsConnector::from((http, tls));
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .http1_max_buf_size(READ_BUFFER_BYTES)
+        .http1_max_headers(64)
+        .build(connector)
 }
 
 /// The body of a 2xx answer, at most [`MAX_BODY_BYTES`]: refused at once when the announced
@@ -582,17 +655,49 @@ async fn read_capped(mut body: Incoming, announced: Option<u64>) -> Result<Vec<u
 }
 
 impl AdminClient {
-    /// A client connecting only where `policy` allows.
+    /// A client connecting only where `policy` allows, in the cluster whose DNS domain
+    /// `/etc/resolv.conf` tells ([`crate::target::cluster_domain`]).
     #[must_use]
     pub fn new(policy: TargetPolicy) -> Self {
+        Self::in_cluster_domain(policy, &crate::target::cluster_domain())
+    }
+
+    /// A client connecting only where `policy` allows, in a cluster whose DNS domain is
+    /// `cluster_domain` (`cluster.local`).
+    #[must_use]
+    pub fn in_cluster_domain(policy: TargetPolicy, cluster_domain: &str) -> Self {
         Self {
             policy: Arc::new(policy),
+            cluster_domain: cluster_domain.trim_matches('.').into(),
             http: OnceLock::new(),
         }
     }
 
-    /// GET `url`: the answer's head, its body not read yet.
-    async fn send(&self, url: &str) -> Result<hyper::Response<Incoming>, AdminError> {
+    /// How a PulsarConsumer of `namespace` may reach `admin_url`: by [`Reach::Namespace`]
+    /// when its host is a Service name of `namespace`, else only where the administrator
+    /// allows ([`Reach::Granted`]; a literal IP address always).
+    #[must_use]
+    pub fn reach(&self, admin_url: &str, namespace: &str) -> Reach {
+        let host = admin_url
+            .parse::<hyper::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(str::to_owned));
+        match host.and_then(|h| service_name(&h, &self.cluster_domain)) {
+            Some(service) if service.namespace == namespace.to_ascii_lowercase() => {
+                Reach::Namespace {
+                    cluster_domain: Arc::clone(&self.cluster_domain),
+                }
+            }
+            _ => Reach::Granted,
+        }
+    }
+
+    /// GET `url` by `reach`: the answer's head, its body not read yet.
+    async fn send(
+        &self,
+        url: &str,
+        reach: &Reach,
+    ) -> Result<hyper::Response<Incoming>, AdminError> {
         let request = Request::get(url)
             .header(ACCEPT, "application/json")
             .header(USER_AGENT, crate::OPERATOR.name)
@@ -603,11 +708,25 @@ impl AdminClient {
                 tracing::debug!(%error, "invalid admin URL");
                 AdminError::Unreachable
             })?;
-        let http = self
+        let clients = self
             .http
-            .get_or_init(|| build_client(Arc::clone(&self.policy)))
+            .get_or_init(|| {
+                let tls = tls_config()?;
+                let client =
+                    |reach| build_client(Arc::clone(&self.policy), reach, Arc::clone(&tls));
+                Some(Clients {
+                    namespace: client(Reach::Namespace {
+                        cluster_domain: Arc::clone(&self.cluster_domain),
+                    }),
+                    granted: client(Reach::Granted),
+                })
+            })
             .as_ref()
             .ok_or(AdminError::Tls)?;
+        let http = match reach {
+            Reach::Namespace { .. } => &clients.namespace,
+            Reach::Granted => &clients.granted,
+        };
         http.request(request).await.map_err(|error| {
             if let Some(refused) = not_allowed_in(&error) {
                 tracing::debug!(%url, %refused, "target not allowed");
@@ -630,21 +749,24 @@ impl AdminClient {
         })
     }
 
-    /// The backlog of the target's subscription. `partitioned` is what was learnt of the
-    /// topic before (updated here): one request when it is right, a second one only when the
-    /// topic turns out to be (or no longer be) partitioned.
+    /// The backlog of the target's subscription, for a PulsarConsumer of `namespace` (which
+    /// decides where the read may go: [`Self::reach`]). `partitioned` is what was learnt of
+    /// the topic before (updated here): one request when it is right, a second one only
+    /// when the topic turns out to be (or no longer be) partitioned.
     ///
     /// # Errors
     /// [`AdminError`] when the backlog cannot be read.
     pub async fn backlog(
         &self,
         target: &Target,
+        namespace: &str,
         partitioned: &mut bool,
     ) -> Result<u64, AdminError> {
-        match self.backlog_once(target, *partitioned).await {
+        let reach = self.reach(&target.admin_url, namespace);
+        match self.backlog_once(target, &reach, *partitioned).await {
             Err(AdminError::TopicNotFound(_)) => {
                 let other = !*partitioned;
-                let result = self.backlog_once(target, other).await;
+                let result = self.backlog_once(target, &reach, other).await;
                 if !matches!(result, Err(AdminError::TopicNotFound(_))) {
                     *partitioned = other;
                 }
@@ -654,9 +776,14 @@ impl AdminClient {
         }
     }
 
-    async fn backlog_once(&self, target: &Target, partitioned: bool) -> Result<u64, AdminError> {
+    async fn backlog_once(
+        &self,
+        target: &Target,
+        reach: &Reach,
+        partitioned: bool,
+    ) -> Result<u64, AdminError> {
         let url = stats_url(&target.admin_url, &target.topic, partitioned);
-        let response = self.send(&url).await?;
+        let response = self.send(&url, reach).await?;
         let status = response.status();
         // The body of an error is never read: the connection is dropped with it.
         if status == StatusCode::NOT_FOUND {
@@ -858,39 +985,70 @@ mod tests {
     }
 
     #[test]
-    fn messages_are_fixed_and_reasons_stable() {
-        let cases = [
-            (AdminError::NotAllowed, "AdminTargetNotAllowed"),
-            (AdminError::Unreachable, "AdminAPIUnavailable"),
-            (AdminError::Timeout(5), "AdminAPIUnavailable"),
-            (AdminError::Broken, "AdminAPIUnavailable"),
-            (AdminError::ServerError(503), "AdminAPIUnavailable"),
-            (AdminError::Tls, "AdminAPIUnavailable"),
-            (AdminError::TopicNotFound("t".into()), "TopicNotFound"),
-            (
-                AdminError::SubscriptionNotFound {
-                    topic: "persistent://a/b/c".into(),
-                    subscription: "s".into(),
-                },
-                "SubscriptionNotFound",
-            ),
-            (AdminError::UnexpectedStatus(401), "InvalidAdminResponse"),
-            (AdminError::NotStats, "InvalidAdminResponse"),
-            (AdminError::TooLarge, "AdminResponseTooLarge"),
+    fn every_failure_reads_alike_but_a_refused_target() {
+        let failures = [
+            AdminError::Unreachable,
+            AdminError::Timeout(5),
+            AdminError::Broken,
+            AdminError::ServerError(503),
+            AdminError::Tls,
+            AdminError::TopicNotFound("persistent://a/b/c".into()),
+            AdminError::SubscriptionNotFound {
+                topic: "persistent://a/b/c".into(),
+                subscription: "s".into(),
+            },
+            AdminError::UnexpectedStatus(401),
+            AdminError::TooLarge,
+            AdminError::NotStats,
         ];
-        for (e, reason) in cases {
-            assert_eq!(e.reason(), reason, "{e:?}");
+        for e in &failures {
+            assert_eq!(e.reason(), REASON_UNAVAILABLE, "{e:?}");
+            assert_eq!(e.to_string(), UNAVAILABLE_MESSAGE, "{e:?}");
         }
+        // The logs tell them apart.
+        let details: std::collections::HashSet<String> =
+            failures.iter().map(AdminError::detail).collect();
+        assert_eq!(details.len(), failures.len());
+        let kinds: std::collections::HashSet<&str> =
+            failures.iter().map(AdminError::kind).collect();
+        assert_eq!(kinds.len(), failures.len());
+        assert_eq!(AdminError::ServerError(503).detail(), "answered HTTP 503");
+        assert!(AdminError::TooLarge.detail().contains("1024 KiB"));
+        // A refused target depends on the spec alone: a reason of its own, naming the field.
+        assert_eq!(AdminError::NotAllowed.reason(), REASON_TARGET_NOT_ALLOWED);
         assert!(
             AdminError::NotAllowed
                 .to_string()
                 .contains("spec.autoscaling.adminUrl")
         );
-        assert_eq!(
-            AdminError::ServerError(503).to_string(),
-            "the Pulsar admin API answered HTTP 503"
-        );
-        assert!(AdminError::TooLarge.to_string().contains("1024 KiB"));
+    }
+
+    #[test]
+    fn reads_reach_their_namespaces_services_or_what_is_granted() {
+        let client = AdminClient::in_cluster_domain(TargetPolicy::default(), "cluster.local");
+        let namespace = Reach::Namespace {
+            cluster_domain: "cluster.local".into(),
+        };
+        for own in [
+            "http://broker.team-a:8080",
+            "http://broker.team-a.svc:8080/",
+            "https://broker.team-a.svc.cluster.local:8443",
+            "http://broker-0.brokers.team-a.svc:8080",
+        ] {
+            assert_eq!(client.reach(own, "team-a"), namespace, "{own}");
+        }
+        for other in [
+            "http://pulsar-broker.pulsar:8080",
+            "http://broker.team-b.svc:8080",
+            "http://broker.team-a.svc.evil.example:8080",
+            "http://broker:8080",
+            "http://10.0.0.7:8080",
+            "http://[fd00::7]:8080",
+            "http://example.com:8080",
+            "not a url",
+        ] {
+            assert_eq!(client.reach(other, "team-a"), Reach::Granted, "{other}");
+        }
     }
 
     /// A one-route-per-path HTTP server on 127.0.0.1 answering `(status, body)` for the
@@ -937,6 +1095,9 @@ mod tests {
         (url, count)
     }
 
+    /// The namespace of the PulsarConsumers of these tests.
+    const NS: &str = "team-a";
+
     fn target(url: &str, topic: &str) -> Target {
         Target {
             admin_url: url.to_owned(),
@@ -964,7 +1125,9 @@ mod tests {
         .await;
         let client = loopback_client();
         let mut partitioned = false;
-        let b = client.backlog(&target(&url, "t"), &mut partitioned).await;
+        let b = client
+            .backlog(&target(&url, "t"), NS, &mut partitioned)
+            .await;
         assert_eq!(b, Ok(42));
         assert!(!partitioned);
         assert_eq!(count.load(SeqCst), 1, "one request");
@@ -982,11 +1145,11 @@ mod tests {
         let client = loopback_client();
         let t = target(&url, "non-persistent://a/b/p");
         let mut partitioned = false;
-        assert_eq!(client.backlog(&t, &mut partitioned).await, Ok(7));
+        assert_eq!(client.backlog(&t, NS, &mut partitioned).await, Ok(7));
         assert!(partitioned);
         assert_eq!(count.load(SeqCst), 2);
         // Next time: one request.
-        assert_eq!(client.backlog(&t, &mut partitioned).await, Ok(7));
+        assert_eq!(client.backlog(&t, NS, &mut partitioned).await, Ok(7));
         assert_eq!(count.load(SeqCst), 3);
     }
 
@@ -1036,29 +1199,31 @@ mod tests {
             async move {
                 let mut partitioned = false;
                 client
-                    .backlog(&target(&url, topic), &mut partitioned)
+                    .backlog(&target(&url, topic), NS, &mut partitioned)
                     .await
                     .unwrap_err()
             }
         };
         let mut errors = Vec::new();
-        for (topic, reason) in [
-            ("missing", "TopicNotFound"),
-            ("nosub", "SubscriptionNotFound"),
-            ("broken", "AdminAPIUnavailable"),
-            ("denied", "InvalidAdminResponse"),
-            ("html", "InvalidAdminResponse"),
-            ("huge", "AdminResponseTooLarge"),
-        ] {
+        for topic in ["missing", "nosub", "broken", "denied", "html", "huge"] {
             let e = read(topic).await;
-            assert_eq!(e.reason(), reason, "{topic}: {e}");
+            assert_eq!(e.reason(), REASON_UNAVAILABLE, "{topic}: {e:?}");
+            assert_eq!(e.to_string(), UNAVAILABLE_MESSAGE, "{topic}: {e:?}");
             errors.push(e);
         }
+        // Which failure it was is known (for the log).
+        assert_eq!(
+            errors[0],
+            AdminError::TopicNotFound("persistent://public/default/missing".into())
+        );
+        assert!(matches!(errors[1], AdminError::SubscriptionNotFound { .. }));
         assert_eq!(errors[2], AdminError::ServerError(503));
         assert_eq!(errors[3], AdminError::UnexpectedStatus(401));
+        assert_eq!(errors[4], AdminError::NotStats);
         assert_eq!(errors[5], AdminError::TooLarge);
         for e in &errors {
             assert!(!e.to_string().contains(MARKER), "{e}");
+            assert!(!e.detail().contains(MARKER), "{e:?}");
         }
 
         // Nothing listens: unreachable, with no text of the connection error.
@@ -1070,6 +1235,7 @@ mod tests {
         let e = client
             .backlog(
                 &target(&format!("http://127.0.0.1:{closed}"), "t"),
+                NS,
                 &mut partitioned,
             )
             .await
@@ -1101,7 +1267,7 @@ mod tests {
         });
         let mut partitioned = false;
         let e = loopback_client()
-            .backlog(&target(&url, "t"), &mut partitioned)
+            .backlog(&target(&url, "t"), NS, &mut partitioned)
             .await
             .unwrap_err();
         assert_eq!(e, AdminError::TooLarge);
@@ -1128,15 +1294,29 @@ mod tests {
             format!("http://[::ffff:127.0.0.1]:{port}"),
             format!("http://0.0.0.0:{port}"),
             format!("http://kubernetes.default.svc:{port}"),
+            // Another namespace's Service, and one of this namespace under a foreign domain.
+            format!("http://broker.team-b.svc:{port}"),
+            format!("http://broker.{NS}.svc.evil.example:{port}"),
         ] {
             let mut partitioned = false;
             let e = client
-                .backlog(&target(&admin_url, "t"), &mut partitioned)
+                .backlog(&target(&admin_url, "t"), NS, &mut partitioned)
                 .await
                 .unwrap_err();
             assert_eq!(e, AdminError::NotAllowed, "{admin_url}");
             assert_eq!(e.reason(), "AdminTargetNotAllowed");
         }
+        // The API server's Service, from its own namespace: refused by its name.
+        let mut partitioned = false;
+        let e = client
+            .backlog(
+                &target(&format!("https://kubernetes.default.svc:{port}"), "t"),
+                "default",
+                &mut partitioned,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e, AdminError::NotAllowed);
         assert_eq!(count.load(SeqCst), 0, "no connection reached the endpoint");
     }
 }

@@ -23,6 +23,14 @@
 //!   cost a reconcile and usually a status write, on the one thread that also renews the
 //!   leader lease.
 //!
+//! What a tenant can observe of a failed read does not tell one target from another: every
+//! failure has the same reason and message ([`crate::admin::REASON_UNAVAILABLE`]), and
+//! every failure is reported when the read's timeout ([`REQUEST_TIMEOUT`]) has passed since
+//! it started, not sooner ([`Inner::read`]): a refused connection (microseconds), an HTTP
+//! error (milliseconds) and a target that never answers (the timeout) all reach the status
+//! at the same moment, and the next read follows the same backoff. Which failure it was
+//! goes to the operator's log only.
+//!
 //! A task ends when its object is gone or no longer autoscaled (it checks the cache of
 //! PulsarConsumers before each read), when its settings change (the reconcile replaces it),
 //! or when no controller listens any more (shutdown, lost leadership).
@@ -48,7 +56,8 @@ use crate::{
     options::Options,
 };
 
-/// How long one read of the admin API may take, connection and answer included.
+/// How long one read of the admin API may take, connection and answer included; also how
+/// long every failed read takes before its failure is kept and told (whatever the failure).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest wait between two reads while they fail.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(120);
@@ -168,11 +177,20 @@ struct Inner {
     namespace_reads: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Slots of [`Self::namespace_reads`] per namespace.
     per_namespace: usize,
+    /// [`REQUEST_TIMEOUT`] (shorter in tests).
+    timeout: Duration,
 }
 
 impl Inner {
     /// One read of `target` for an object of `namespace`, within the caps on reads in
     /// flight and the timeout (which starts once a slot is held).
+    ///
+    /// A failure, whatever it is, returns when the timeout has passed since the read
+    /// started, holding its slots until then: a refused connection, an error status and
+    /// a target that never answers take the same time, so neither the moment the status
+    /// is written nor when the object's (or its namespace's) next read starts tells them
+    /// apart. A success returns at once. A refused connection thus costs its namespace a
+    /// slot for as long as a hanging one did already.
     async fn read(
         &self,
         namespace: &str,
@@ -183,9 +201,17 @@ impl Inner {
         let result = {
             let _in_namespace = slots.acquire().await;
             let _in_all = self.reads.acquire().await;
-            tokio::time::timeout(REQUEST_TIMEOUT, self.admin.backlog(target, partitioned))
-                .await
-                .unwrap_or(Err(AdminError::Timeout(REQUEST_TIMEOUT.as_secs())))
+            let started = tokio::time::Instant::now();
+            let result = tokio::time::timeout(
+                self.timeout,
+                self.admin.backlog(target, namespace, partitioned),
+            )
+            .await
+            .unwrap_or(Err(AdminError::Timeout(self.timeout.as_secs())));
+            if result.is_err() {
+                tokio::time::sleep_until(started + self.timeout).await;
+            }
+            result
         };
         self.release_namespace_slots(namespace, slots);
         result
@@ -250,8 +276,19 @@ impl Pollers {
                 reads: Semaphore::new(options.max_concurrent_polls.max(1)),
                 namespace_reads: Mutex::new(HashMap::new()),
                 per_namespace: options.max_concurrent_polls_per_namespace(),
+                timeout: REQUEST_TIMEOUT,
             }),
         }
+    }
+
+    /// Pollers whose reads time out (and whose failures are told) after `timeout`.
+    #[cfg(test)]
+    fn with_timeout(options: &Options, timeout: Duration) -> Self {
+        let mut pollers = Self::new(options);
+        if let Some(inner) = Arc::get_mut(&mut pollers.inner) {
+            inner.timeout = timeout;
+        }
+        pollers
     }
     /// The PulsarConsumer caches the tasks check their object in (filled by the controller).
     #[must_use]
@@ -405,7 +442,8 @@ async fn run(
         let result = inner
             .read(&namespace, &settings.target, &mut partitioned)
             .await;
-        // The errors' texts are fixed (no text of the answer): fine at warn level.
+        // Which failure it was, for the operator's log only (the status and events say the
+        // same for all); the details are fixed words and codes, no text of the answer.
         match &result {
             Ok(backlog) => {
                 if failures > 0 {
@@ -416,10 +454,11 @@ async fn run(
             }
             Err(error) => {
                 failures = failures.saturating_add(1);
+                let (kind, detail) = (error.kind(), error.detail());
                 if failures == 1 {
-                    tracing::warn!(%object, %error, "cannot read the backlog");
+                    tracing::warn!(%object, kind, %detail, "cannot read the backlog");
                 } else {
-                    tracing::debug!(%object, %error, failures, "cannot read the backlog");
+                    tracing::debug!(%object, kind, %detail, failures, "cannot read the backlog");
                 }
             }
         }
@@ -525,7 +564,7 @@ mod tests {
         ));
         assert!(worth_a_reconcile(
             Some(&down),
-            &told(110, Some("TopicNotFound"), None, None),
+            &told(110, Some("AdminTargetNotAllowed"), None, None),
             false
         ));
         assert!(worth_a_reconcile(Some(&down), &ok(110, 500), false));
@@ -677,9 +716,236 @@ mod tests {
         }
     }
 
+    /// How a fake admin API treats a connection.
+    #[derive(Debug, Clone, Copy)]
+    enum Mode {
+        /// Accepts and never answers.
+        Silent,
+        /// Answers like an SSH server, then closes.
+        NotHttp,
+        /// Answers a head and half the body it announces, then closes.
+        CutShort,
+        /// Answers `code` with `body` (and `Content-Length`).
+        Answer(u16, &'static str),
+        /// Announces a 2 MiB body.
+        Huge,
+    }
+
+    /// A fake admin API on 127.0.0.1 behaving as `mode` on every connection; its URL.
+    async fn fake(mode: Mode) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let url = format!(
+            "http://{}",
+            listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+        );
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut conn, _)) = listener.accept().await {
+                if matches!(mode, Mode::Silent) {
+                    held.push(conn);
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let mut head = [0u8; 4096];
+                    let _ = conn.read(&mut head).await;
+                    let answer = match mode {
+                        Mode::Silent => return,
+                        Mode::NotHttp => "SSH-2.0-OpenSSH_9.6\r\n".to_owned(),
+                        Mode::CutShort => {
+                            "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"subscr".to_owned()
+                        }
+                        Mode::Answer(code, body) => format!(
+                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        ),
+                        Mode::Huge => {
+                            "HTTP/1.1 200 OK\r\nContent-Length: 2097152\r\n\r\n{".to_owned()
+                        }
+                    };
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        url
+    }
+
+    /// Every way a read fails gives the same reason, the same message and the same status,
+    /// at the same time after the read started (the timeout); which failure it was is
+    /// only in the error's detail (the log).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_failure_is_told_alike_and_after_the_same_time() {
+        let timeout = Duration::from_millis(600);
+        let options = Options {
+            targets: crate::target::TargetPolicy::new(
+                vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))],
+                None,
+            ),
+            max_concurrent_polls: 64,
+            ..Options::default()
+        };
+        let pollers = Pollers::with_timeout(&options, timeout);
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+            format!(
+                "http://{}",
+                l.local_addr().unwrap_or_else(|e| panic!("{e}"))
+            )
+        };
+        let stats_without_sub = r#"{"subscriptions": {"other": {"msgBacklog": 1}}}"#;
+        let mut cases = vec![
+            ("connection refused", closed, "unreachable"),
+            ("no answer", fake(Mode::Silent).await, "timeout"),
+            ("not HTTP", fake(Mode::NotHttp).await, "broken"),
+            ("cut short", fake(Mode::CutShort).await, "broken"),
+            ("503", fake(Mode::Answer(503, "down")).await, "server_error"),
+            (
+                "401",
+                fake(Mode::Answer(401, "no")).await,
+                "unexpected_status",
+            ),
+            (
+                "302",
+                fake(Mode::Answer(302, "")).await,
+                "unexpected_status",
+            ),
+            (
+                "404",
+                fake(Mode::Answer(404, "{}")).await,
+                "topic_not_found",
+            ),
+            (
+                "not JSON",
+                fake(Mode::Answer(200, "<html>")).await,
+                "not_stats",
+            ),
+            (
+                "no subscription",
+                fake(Mode::Answer(200, stats_without_sub)).await,
+                "subscription_not_found",
+            ),
+            ("too large", fake(Mode::Huge).await, "too_large"),
+        ];
+        // TLS spoken to a plain HTTP server.
+        let plain = fake(Mode::Answer(200, stats_without_sub)).await;
+        cases.push((
+            "TLS error",
+            plain.replace("http://", "https://"),
+            "unreachable",
+        ));
+        let reads = cases.into_iter().enumerate().map(|(i, (what, url, kind))| {
+            let inner = Arc::clone(&pollers.inner);
+            async move {
+                let target = Target {
+                    admin_url: url,
+                    topic: crate::admin::parse_topic("t").unwrap_or_else(|| panic!()),
+                    subscription: "s".into(),
+                };
+                let mut partitioned = false;
+                let started = tokio::time::Instant::now();
+                // A namespace each: no read waits for another's slot.
+                let result = inner
+                    .read(&format!("ns-{i}"), &target, &mut partitioned)
+                    .await;
+                (what, kind, result, started.elapsed())
+            }
+        });
+        let results = futures::future::join_all(reads).await;
+        let policy = Policy {
+            min: 0,
+            max: 3,
+            target: 10,
+            window: 60,
+            up: None,
+            down: None,
+        };
+        let status_of = |error: &AdminError| {
+            // What the reconcile makes of a failed reading.
+            let scaling = crate::status::Scaling {
+                reading: Some(Err((error.reason(), error.to_string()))),
+                decision: autoscale::decide(&policy, &mut History::default(), 2, None, 100),
+                policy: policy.clone(),
+            };
+            let now = jiff::Timestamp::from_second(100).unwrap_or_else(|e| panic!("{e}"));
+            crate::status::with_scaling(
+                crate::PulsarConsumerStatus::default(),
+                None,
+                Some(&scaling),
+                Some(1),
+                now,
+            )
+        };
+        let mut statuses = Vec::new();
+        for (what, kind, result, took) in results {
+            let Err(error) = result else {
+                panic!("{what}: read {result:?}");
+            };
+            assert_eq!(error.kind(), kind, "{what}: {error:?}");
+            assert_eq!(
+                error.reason(),
+                crate::admin::REASON_UNAVAILABLE,
+                "{what}: {error:?}"
+            );
+            assert_eq!(
+                error.to_string(),
+                crate::admin::UNAVAILABLE_MESSAGE,
+                "{what}: {error:?}"
+            );
+            assert!(
+                took >= timeout,
+                "{what}: told after {took:?}, before {timeout:?}"
+            );
+            assert!(
+                took < timeout + Duration::from_millis(900),
+                "{what}: told only after {took:?}"
+            );
+            statuses.push((what, status_of(&error)));
+        }
+        let (first, reference) = &statuses[0];
+        for (what, status) in &statuses[1..] {
+            assert_eq!(status, reference, "{what} reads unlike {first}");
+        }
+        let active = reference
+            .conditions
+            .iter()
+            .find(|c| c.type_ == crate::status::SCALING_ACTIVE)
+            .unwrap_or_else(|| panic!("no ScalingActive"));
+        assert_eq!(
+            (active.status.as_str(), active.reason.as_str()),
+            ("False", crate::admin::REASON_UNAVAILABLE)
+        );
+
+        // A refused target has its own reason (it depends on the spec alone) and is told
+        // after the same time too; a good read is told at once.
+        let refused = Target {
+            admin_url: "http://169.254.169.254:80".into(),
+            topic: crate::admin::parse_topic("t").unwrap_or_else(|| panic!()),
+            subscription: "s".into(),
+        };
+        let started = tokio::time::Instant::now();
+        let result = pollers.inner.read("ns-x", &refused, &mut false).await;
+        assert_eq!(result, Err(AdminError::NotAllowed));
+        assert!(started.elapsed() >= timeout);
+        let good = Target {
+            admin_url: fake(Mode::Answer(
+                200,
+                r#"{"subscriptions": {"s": {"msgBacklog": 7}}}"#,
+            ))
+            .await,
+            topic: crate::admin::parse_topic("t").unwrap_or_else(|| panic!()),
+            subscription: "s".into(),
+        };
+        let started = tokio::time::Instant::now();
+        assert_eq!(pollers.inner.read("ns-y", &good, &mut false).await, Ok(7));
+        assert!(started.elapsed() < timeout, "{:?}", started.elapsed());
+    }
+
     #[tokio::test]
     async fn namespace_slots_are_forgotten_after_use() {
-        let pollers = Pollers::default();
+        let pollers = Pollers::with_timeout(&Options::default(), Duration::from_millis(100));
         let target = Target {
             admin_url: "http://127.0.0.1:9".into(),
             topic: crate::admin::parse_topic("t").unwrap_or_else(|| panic!()),

@@ -188,14 +188,12 @@ pub const REASON_BACKLOG_READ: &str = "BacklogRead";
 pub const REASON_INVALID_AUTOSCALING: &str = "InvalidAutoscaling";
 
 /// `ScalingActive=False` reasons: announced as Warning events. Their messages are fixed
-/// (`admin::AdminError`): nothing an admin API answered is in them.
-pub const SCALING_WARNINGS: [&str; 7] = [
-    "AdminAPIUnavailable",
-    "TopicNotFound",
-    "SubscriptionNotFound",
-    "InvalidAdminResponse",
+/// (`admin::AdminError`): nothing an admin API answered is in them, and every failed read
+/// has the same reason and message ([`crate::admin::REASON_UNAVAILABLE`]), so a status
+/// does not tell one target from another. The others depend on the spec alone.
+pub const SCALING_WARNINGS: [&str; 3] = [
+    crate::admin::REASON_UNAVAILABLE,
     crate::admin::REASON_TARGET_NOT_ALLOWED,
-    crate::admin::REASON_RESPONSE_TOO_LARGE,
     REASON_INVALID_AUTOSCALING,
 ];
 
@@ -538,7 +536,10 @@ mod tests {
         let mut base3 = base.clone();
         base3.conditions = s2.conditions.clone();
         let scaling = Scaling {
-            reading: Some(Err(("AdminAPIUnavailable", "connection refused".into()))),
+            reading: Some(Err((
+                crate::admin::REASON_UNAVAILABLE,
+                crate::admin::UNAVAILABLE_MESSAGE.into(),
+            ))),
             decision: Decision {
                 replicas: 0,
                 recommendation: None,
@@ -556,7 +557,9 @@ mod tests {
             ("False", "AdminAPIUnavailable")
         );
         assert!(
-            active.message.contains("connection refused"),
+            active
+                .message
+                .starts_with(crate::admin::UNAVAILABLE_MESSAGE),
             "{}",
             active.message
         );
@@ -633,6 +636,14 @@ mod tests {
                 true
             )]
         );
-        assert!(summary(&unavailable, &scaling(false, "TopicNotFound")).is_empty());
+        // Another False reason while it stays False (the spec turned the target into a
+        // refused one): no second Warning.
+        assert!(
+            summary(
+                &unavailable,
+                &scaling(false, crate::admin::REASON_TARGET_NOT_ALLOWED)
+            )
+            .is_empty()
+        );
     }
 }

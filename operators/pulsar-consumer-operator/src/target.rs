@@ -24,6 +24,25 @@
 //! An administrator who needs more (a broker on the node's loopback in a development setup)
 //! lists CIDRs in `PULSAR_ADMIN_ALLOWED_CIDRS` ([`crate::options`]): an address inside one
 //! of them is allowed whatever the rules above say. The `kubernetes*` names stay refused.
+//!
+//! # Whose admin API
+//!
+//! On top of those rules, a tenant's PulsarConsumer is read only from its own namespace or
+//! from where the administrator allows every tenant ([`Reach`]); the operator never reaches
+//! on a tenant's behalf what that tenant's own pods may be kept from by network policies
+//! (another tenant's broker, pods, kubelets):
+//! - [`Reach::Namespace`]: the host is the DNS name of a Service of the PulsarConsumer's
+//!   namespace (`<service>.<namespace>`, `<service>.<namespace>.svc`,
+//!   `<service>.<namespace>.svc.<cluster domain>`, or a pod of a headless Service,
+//!   `<pod>.<service>.<namespace>.svc[.<cluster domain>]`). It is looked up as the absolute
+//!   name under the cluster's domain ([`service_name`]), never through the search path or
+//!   the public DNS, and its addresses must pass the rules above.
+//! - [`Reach::Granted`]: any other host, and every literal IP address: only addresses inside
+//!   `PULSAR_ADMIN_ALLOWED_CIDRS` (a shared broker's Service address, say). With no CIDRs
+//!   set, nothing is looked up or connected to.
+//!
+//! The name cannot tell an `ExternalName` Service of the namespace, an alias of a name
+//! elsewhere, from a Service of its own; see `docs/tenants.md` for what that leaves open.
 
 use std::{
     fmt,
@@ -62,6 +81,9 @@ pub enum Refusal {
     CloudMetadata,
     /// The Kubernetes API server (by address or by name).
     ApiServer,
+    /// Not a Service of the PulsarConsumer's namespace, nor an address the administrator
+    /// allows for every namespace ([`Reach`]).
+    OutsideNamespace,
 }
 
 impl fmt::Display for Refusal {
@@ -74,6 +96,7 @@ impl fmt::Display for Refusal {
             Refusal::Reserved => "reserved or broadcast",
             Refusal::CloudMetadata => "cloud metadata service",
             Refusal::ApiServer => "Kubernetes API server",
+            Refusal::OutsideNamespace => "other namespace's (not granted)",
         })
     }
 }
@@ -197,6 +220,25 @@ impl TargetPolicy {
         .map_or(Ok(()), |r| Err(NotAllowed(r)))
     }
 
+    /// Whether the administrator allows `ip` for every namespace (it is inside one of the
+    /// `PULSAR_ADMIN_ALLOWED_CIDRS`): what [`Reach::Granted`] connects to.
+    ///
+    /// # Errors
+    /// [`NotAllowed`] ([`Refusal::OutsideNamespace`]) for any other address.
+    pub fn check_granted(&self, ip: IpAddr) -> Result<(), NotAllowed> {
+        if self.allowed.iter().any(|c| c.contains(ip)) {
+            Ok(())
+        } else {
+            Err(NotAllowed(Refusal::OutsideNamespace))
+        }
+    }
+
+    /// Whether the administrator allows any address for every namespace.
+    #[must_use]
+    pub fn has_grants(&self) -> bool {
+        !self.allowed.is_empty()
+    }
+
     /// Whether the operator may resolve the host name `host` (only the API server's names
     /// are refused here; the addresses it resolves to are checked by [`Self::check_ip`]).
     ///
@@ -213,6 +255,96 @@ impl TargetPolicy {
         }
         Ok(())
     }
+}
+
+/// The cluster DNS domain when nothing else tells it.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// Which admin APIs a read may reach: see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// Services of the PulsarConsumer's namespace, by name, looked up as absolute names
+    /// under `cluster_domain`, at addresses the rules allow.
+    Namespace {
+        /// The cluster's DNS domain (`cluster.local`).
+        cluster_domain: Arc<str>,
+    },
+    /// Only addresses inside the administrator's CIDRs.
+    Granted,
+}
+
+/// A Kubernetes Service's DNS name, as a PulsarConsumer may write it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceName {
+    /// The namespace it names.
+    pub namespace: String,
+    /// The absolute name to look up (`<service>.<namespace>.svc.<cluster domain>.`).
+    pub fqdn: String,
+}
+
+/// The Service (or a headless Service's pod) `host` names: `<service>.<namespace>`,
+/// `<service>.<namespace>.svc`, `<service>.<namespace>.svc.<cluster_domain>`, or the same
+/// with a pod's host name in front of `<service>` when `svc` is written. `None` for
+/// anything else (one label, another domain after `svc`, an IP address).
+#[must_use]
+pub fn service_name(host: &str, cluster_domain: &str) -> Option<ServiceName> {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let domain = cluster_domain.trim_matches('.').to_ascii_lowercase();
+    if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
+        return None;
+    }
+    let labels: Vec<&str> = host.split('.').collect();
+    if labels.iter().any(|l| l.is_empty()) {
+        return None;
+    }
+    // `svc` after the namespace: the first one from the third label on (a Service or a
+    // namespace may itself be called `svc`).
+    let svc = labels
+        .iter()
+        .enumerate()
+        .skip(2)
+        .find(|(_, l)| **l == "svc")
+        .map(|(i, _)| i);
+    let (namespace, name) = match svc {
+        Some(i @ (2 | 3)) => {
+            let rest = labels[i + 1..].join(".");
+            if !rest.is_empty() && rest != domain {
+                return None;
+            }
+            (labels[i - 1], labels[..=i].join("."))
+        }
+        Some(_) => return None,
+        None if labels.len() == 2 => (labels[1], format!("{host}.svc")),
+        None => return None,
+    };
+    Some(ServiceName {
+        namespace: namespace.to_owned(),
+        fqdn: format!("{name}.{domain}."),
+    })
+}
+
+/// The cluster's DNS domain in a `resolv.conf`: what follows `svc.` in the first search
+/// domain that starts with it (a pod's search list is `<ns>.svc.<domain> svc.<domain>
+/// <domain>`).
+#[must_use]
+pub fn cluster_domain_in(resolv_conf: &str) -> Option<String> {
+    resolv_conf
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("search"))
+        .flat_map(str::split_whitespace)
+        .find_map(|domain| domain.strip_prefix("svc."))
+        .map(|d| d.trim_end_matches('.').to_owned())
+        .filter(|d| !d.is_empty())
+}
+
+/// The cluster's DNS domain: from `/etc/resolv.conf` (read once, at startup), else
+/// [`DEFAULT_CLUSTER_DOMAIN`].
+#[must_use]
+pub fn cluster_domain() -> String {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .ok()
+        .and_then(|text| cluster_domain_in(&text))
+        .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_owned())
 }
 
 /// The rule refusing an IPv4 address, if any.
@@ -270,10 +402,30 @@ fn refuse_v6(ip: Ipv6Addr) -> Option<Refusal> {
 }
 
 /// A resolver for hyper-util's `HttpConnector` that refuses the API server's names and drops
-/// the addresses [`TargetPolicy`] refuses; when none is left it fails with [`NotAllowed`].
+/// the addresses [`TargetPolicy`] refuses for its [`Reach`]; when none is left it fails with
+/// [`NotAllowed`]. With [`Reach::Namespace`] it looks up a Service's absolute name (and
+/// refuses any other name); with [`Reach::Granted`] and no CIDRs granted it looks up
+/// nothing.
 #[derive(Debug, Clone)]
 pub struct GuardedResolver {
     policy: Arc<TargetPolicy>,
+    reach: Reach,
+}
+
+impl GuardedResolver {
+    /// A resolver enforcing `policy` for `reach`.
+    #[must_use]
+    pub fn new(policy: Arc<TargetPolicy>, reach: Reach) -> Self {
+        Self { policy, reach }
+    }
+}
+
+/// Whether `reach` may connect to `ip` under `policy`.
+fn check_reach(policy: &TargetPolicy, reach: &Reach, ip: IpAddr) -> Result<(), NotAllowed> {
+    match reach {
+        Reach::Namespace { .. } => policy.check_ip(ip),
+        Reach::Granted => policy.check_granted(ip),
+    }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -290,14 +442,24 @@ impl tower_service::Service<Name> for GuardedResolver {
 
     fn call(&mut self, name: Name) -> Self::Future {
         let policy = Arc::clone(&self.policy);
+        let reach = self.reach.clone();
         Box::pin(async move {
             let host = name.as_str();
             policy.check_name(host)?;
+            let lookup = match &reach {
+                Reach::Namespace { cluster_domain } => service_name(host, cluster_domain)
+                    .map(|s| s.fqdn)
+                    .ok_or(NotAllowed(Refusal::OutsideNamespace))?,
+                Reach::Granted if !policy.has_grants() => {
+                    return Err(NotAllowed(Refusal::OutsideNamespace).into());
+                }
+                Reach::Granted => host.to_owned(),
+            };
             // The port is set by the connector afterwards.
-            let resolved = tokio::net::lookup_host((host, 0)).await?;
+            let resolved = tokio::net::lookup_host((lookup.as_str(), 0)).await?;
             let mut refused = None;
             let allowed: Vec<SocketAddr> = resolved
-                .filter(|addr| match policy.check_ip(addr.ip()) {
+                .filter(|addr| match check_reach(&policy, &reach, addr.ip()) {
                     Ok(()) => true,
                     Err(e) => {
                         tracing::debug!(%host, address = %addr.ip(), refused = %e.0, "address refused");
@@ -316,26 +478,33 @@ impl tower_service::Service<Name> for GuardedResolver {
 }
 
 /// hyper-util's `HttpConnector` with the policy: a literal IP host is checked before
-/// connecting (the `HttpConnector` does not resolve those), a name goes through
-/// [`GuardedResolver`].
+/// connecting (the `HttpConnector` does not resolve those; [`Reach::Namespace`] refuses
+/// them all), a name goes through [`GuardedResolver`].
 #[derive(Debug, Clone)]
 pub struct GuardedConnector {
     policy: Arc<TargetPolicy>,
+    reach: Reach,
     inner: HttpConnector<GuardedResolver>,
 }
 
 impl GuardedConnector {
-    /// A connector enforcing `policy` that connects with `configure`'s settings.
+    /// A connector enforcing `policy` for `reach` that connects with `configure`'s settings.
     #[must_use]
     pub fn new(
         policy: Arc<TargetPolicy>,
+        reach: Reach,
         configure: impl FnOnce(&mut HttpConnector<GuardedResolver>),
     ) -> Self {
-        let mut inner = HttpConnector::new_with_resolver(GuardedResolver {
-            policy: Arc::clone(&policy),
-        });
+        let mut inner = HttpConnector::new_with_resolver(GuardedResolver::new(
+            Arc::clone(&policy),
+            reach.clone(),
+        ));
         configure(&mut inner);
-        Self { policy, inner }
+        Self {
+            policy,
+            reach,
+            inner,
+        }
     }
 
     /// The policy's answer for the host of `uri` when it is a literal IP; `Ok` for a name
@@ -345,9 +514,10 @@ impl GuardedConnector {
             return Ok(());
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        match host.parse::<IpAddr>() {
-            Ok(ip) => self.policy.check_ip(ip),
-            Err(_) => Ok(()),
+        match (host.parse::<IpAddr>(), &self.reach) {
+            (Ok(_), Reach::Namespace { .. }) => Err(NotAllowed(Refusal::OutsideNamespace)),
+            (Ok(ip), Reach::Granted) => self.policy.check_granted(ip),
+            (Err(_), _) => Ok(()),
         }
     }
 }
@@ -525,36 +695,158 @@ mod tests {
         }
     }
 
+    #[test]
+    fn service_names_of_a_namespace() {
+        let ns = |host: &str| service_name(host, "cluster.local").map(|s| (s.namespace, s.fqdn));
+        let of = |namespace: &str, fqdn: &str| Some((namespace.to_owned(), fqdn.to_owned()));
+        assert_eq!(
+            ns("pulsar-broker.pulsar"),
+            of("pulsar", "pulsar-broker.pulsar.svc.cluster.local.")
+        );
+        assert_eq!(
+            ns("pulsar-broker.pulsar.svc"),
+            of("pulsar", "pulsar-broker.pulsar.svc.cluster.local.")
+        );
+        assert_eq!(
+            ns("Pulsar-Broker.pulsar.svc.cluster.local."),
+            of("pulsar", "pulsar-broker.pulsar.svc.cluster.local.")
+        );
+        // A headless Service's pod.
+        assert_eq!(
+            ns("broker-0.brokers.team-a.svc"),
+            of("team-a", "broker-0.brokers.team-a.svc.cluster.local.")
+        );
+        // A Service or a namespace called svc.
+        assert_eq!(
+            ns("svc.team-a"),
+            of("team-a", "svc.team-a.svc.cluster.local.")
+        );
+        assert_eq!(
+            ns("broker.svc.svc.cluster.local"),
+            of("svc", "broker.svc.svc.cluster.local.")
+        );
+        for other in [
+            "broker",
+            "localhost",
+            "broker.team-a.example.com",
+            // Another domain after `svc`: the public DNS would answer it.
+            "broker.team-a.svc.evil.example",
+            "a.b.c.d.svc",
+            "broker..svc",
+            ".team-a",
+            "10.0.0.1",
+            "[::1]",
+            "",
+        ] {
+            assert_eq!(ns(other), None, "{other}");
+        }
+        // Another cluster domain.
+        assert_eq!(
+            service_name("b.team-a.svc.corp.internal", "corp.internal.").map(|s| s.fqdn),
+            Some("b.team-a.svc.corp.internal.".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_cluster_domain_comes_from_the_search_list() {
+        let conf = "nameserver 10.96.0.10\nsearch ops.svc.corp.internal svc.corp.internal corp.internal\noptions ndots:5\n";
+        assert_eq!(cluster_domain_in(conf).as_deref(), Some("corp.internal"));
+        assert_eq!(
+            cluster_domain_in("nameserver 1.1.1.1\nsearch example.com\n"),
+            None
+        );
+        assert_eq!(cluster_domain_in(""), None);
+    }
+
+    #[test]
+    fn granted_means_inside_the_administrators_cidrs() {
+        let none = TargetPolicy::new(Vec::new(), None);
+        assert!(!none.has_grants());
+        assert_eq!(
+            none.check_granted(ip("10.0.0.1")),
+            Err(NotAllowed(Refusal::OutsideNamespace))
+        );
+        let some = TargetPolicy::new(vec!["10.96.5.7".parse().unwrap()], None);
+        assert!(some.has_grants());
+        assert_eq!(some.check_granted(ip("10.96.5.7")), Ok(()));
+        assert_eq!(
+            some.check_granted(ip("10.96.5.8")),
+            Err(NotAllowed(Refusal::OutsideNamespace))
+        );
+    }
+
     #[tokio::test]
     async fn names_are_checked_after_resolving() {
         use tower_service::Service;
-        let mut resolver = GuardedResolver {
-            policy: Arc::new(TargetPolicy::default()),
+        let granted = |allowed: Vec<Cidr>| {
+            GuardedResolver::new(Arc::new(TargetPolicy::new(allowed, None)), Reach::Granted)
         };
-        // `localhost` resolves to loopback only: refused as such.
-        let e = resolver
+        // Nothing granted: not even looked up.
+        let e = granted(Vec::new())
             .call(Name::from_str("localhost").unwrap())
             .await
             .unwrap_err();
-        assert_eq!(not_allowed_in(&*e), Some(NotAllowed(Refusal::Loopback)));
-        let e = resolver
+        assert_eq!(
+            not_allowed_in(&*e),
+            Some(NotAllowed(Refusal::OutsideNamespace))
+        );
+        // `localhost` resolves to loopback only: outside what is granted.
+        let e = granted(vec!["10.0.0.0/8".parse().unwrap()])
+            .call(Name::from_str("localhost").unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            not_allowed_in(&*e),
+            Some(NotAllowed(Refusal::OutsideNamespace))
+        );
+        // The API server's names, whatever is granted.
+        let e = granted(vec!["0.0.0.0/0".parse().unwrap()])
             .call(Name::from_str("kubernetes.default").unwrap())
             .await
             .unwrap_err();
         assert_eq!(not_allowed_in(&*e), Some(NotAllowed(Refusal::ApiServer)));
-        // Allowed, it resolves.
-        let mut open = GuardedResolver {
-            policy: Arc::new(TargetPolicy::new(
-                vec!["127.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()],
-                None,
-            )),
-        };
-        let addrs: Vec<_> = open
+        // Granted, it resolves.
+        let addrs: Vec<_> = granted(vec!["127.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()])
             .call(Name::from_str("localhost").unwrap())
             .await
             .unwrap()
             .collect();
         assert!(addrs.iter().all(|a| a.ip().is_loopback()) && !addrs.is_empty());
+        // A namespace's reach takes Service names only, and looks nothing else up.
+        let mut services = GuardedResolver::new(
+            Arc::new(TargetPolicy::new(
+                vec!["127.0.0.0/8".parse().unwrap()],
+                None,
+            )),
+            Reach::Namespace {
+                cluster_domain: "cluster.local".into(),
+            },
+        );
+        for name in ["localhost", "broker.team-a.example.com"] {
+            let e = services
+                .call(Name::from_str(name).unwrap())
+                .await
+                .unwrap_err();
+            assert_eq!(
+                not_allowed_in(&*e),
+                Some(NotAllowed(Refusal::OutsideNamespace)),
+                "{name}"
+            );
+        }
+        // Addresses a namespace's Service resolves to pass the rules.
+        let policy = TargetPolicy::default();
+        let namespace = Reach::Namespace {
+            cluster_domain: "cluster.local".into(),
+        };
+        assert_eq!(
+            check_reach(&policy, &namespace, ip("127.0.0.1")),
+            Err(NotAllowed(Refusal::Loopback))
+        );
+        assert_eq!(check_reach(&policy, &namespace, ip("10.244.0.7")), Ok(()));
+        assert_eq!(
+            check_reach(&policy, &Reach::Granted, ip("10.244.0.7")),
+            Err(NotAllowed(Refusal::OutsideNamespace))
+        );
     }
 
     #[tokio::test]
@@ -562,22 +854,32 @@ mod tests {
         use tower_service::Service;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let mut guarded = GuardedConnector::new(Arc::new(TargetPolicy::default()), |_| {});
-        for uri in [
-            format!("http://127.0.0.1:{port}/"),
-            format!("http://[::ffff:127.0.0.1]:{port}/"),
-            format!("http://0.0.0.0:{port}/"),
-        ] {
-            let e = guarded.call(uri.parse().unwrap()).await.unwrap_err();
-            assert!(not_allowed_in(&*e).is_some(), "{uri}: {e}");
+        let namespace = Reach::Namespace {
+            cluster_domain: "cluster.local".into(),
+        };
+        let everything = Arc::new(TargetPolicy::new(vec!["0.0.0.0/0".parse().unwrap()], None));
+        let mut refusing = [
+            GuardedConnector::new(Arc::new(TargetPolicy::default()), Reach::Granted, |_| {}),
+            // A namespace's reach is by Service name: no literal address at all.
+            GuardedConnector::new(everything, namespace, |_| {}),
+        ];
+        for guarded in &mut refusing {
+            for uri in [
+                format!("http://127.0.0.1:{port}/"),
+                format!("http://[::ffff:127.0.0.1]:{port}/"),
+                format!("http://0.0.0.0:{port}/"),
+            ] {
+                let e = guarded.call(uri.parse().unwrap()).await.unwrap_err();
+                assert!(not_allowed_in(&*e).is_some(), "{uri}: {e}");
+            }
         }
         // Nothing reached the listener.
         let accepted =
             tokio::time::timeout(std::time::Duration::from_millis(100), listener.accept()).await;
         assert!(accepted.is_err(), "no connection was made");
-        // Allowed: it connects.
+        // Granted: it connects.
         let allowed = Arc::new(TargetPolicy::new(vec!["127.0.0.1".parse().unwrap()], None));
-        let mut open = GuardedConnector::new(allowed, |_| {});
+        let mut open = GuardedConnector::new(allowed, Reach::Granted, |_| {});
         let uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
         assert!(open.call(uri).await.is_ok());
     }
