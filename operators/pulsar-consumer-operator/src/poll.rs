@@ -26,7 +26,7 @@
 //! What a tenant can observe of a failed read does not tell one target from another: every
 //! failure has the same reason and message ([`crate::admin::REASON_UNAVAILABLE`]), and
 //! every failure is reported when the read's timeout ([`REQUEST_TIMEOUT`]) has passed since
-//! it started, not sooner ([`Inner::read`]): a refused connection (microseconds), an HTTP
+//! it started, not sooner (see `Inner::read`): a refused connection (microseconds), an HTTP
 //! error (milliseconds) and a target that never answers (the timeout) all reach the status
 //! at the same moment, and the next read follows the same backoff. Which failure it was
 //! goes to the operator's log only.
