@@ -17,15 +17,34 @@
 //! - a **head-size limit** ([`Limits::max_header_bytes`]): a longer request line and
 //!   headers are answered `431 Request Header Fields Too Large` and the connection closes.
 //!   Hyper's read buffer never grows past the limit (or 8 KiB, its floor).
+//! - a **write timeout** ([`Limits::write_timeout`]): once writing a response has to wait
+//!   for the client to read (the socket's send buffer is full), the client has this long
+//!   to take the rest of it (and of anything written before its next request); else the
+//!   connection closes. A client that asks and never reads (or reads a byte now and then,
+//!   or pipelines requests it never reads the answers of) holds its slot this long, not
+//!   for ever: the header-read timeout does not run while the server writes.
 //! - a **connection limit** ([`Limits::max_connections`]) and a **per-peer limit**
 //!   ([`Limits::max_connections_per_peer`]): a peer is a source IP address (the whole
 //!   address, IPv6 too: the pods of a node share a /64 with the node's own address, which
-//!   the kubelet probes from). A peer at its limit has its next connection closed at
-//!   once, without reading it. When the listener is full, a connection of a peer that holds
-//!   fewer connections than the peer holding the most displaces that peer's oldest
-//!   connection; otherwise it is closed. So one client, or a few, can neither take every
-//!   slot nor keep out a peer that holds few (the kubelet, a scraper) for longer than it
-//!   takes to accept it.
+//!   the kubelet probes from). A new connection is not refused while its own peer holds an
+//!   idle connection (one not inside a request handler: waiting for a head, kept alive, or
+//!   writing an answer) that has been open for a second: at the per-peer limit, or when
+//!   the listener is full and no peer holds more, it takes the place of its peer's oldest
+//!   such connection (the second is each connection's time to send its head, whatever
+//!   rate newer ones of its address come at). So clients that
+//!   share one address (behind a NAT, or every client of a NodePort whose Service
+//!   masquerades their address, as `externalTrafficPolicy: Cluster` does) are never all
+//!   locked out by a few of them that hold connections open: a newcomer is served, and the
+//!   connection it displaces is the one that has waited longest. When the listener is
+//!   full, a connection of a peer that holds fewer connections than the peer holding the
+//!   most displaces that peer's oldest (idle, if it has one) connection. So one client, or
+//!   a few, can neither take every slot nor keep out a peer that holds few (the kubelet, a
+//!   scraper) for longer than it takes to accept it. The price of not refusing: a client
+//!   opening connections as fast as it can from an address shared with others shortens
+//!   the time their connections may wait for a head (to a second, at the least), and a
+//!   newcomer of that address gets in only when a slot of the address has passed its
+//!   second: one per slot and second, shared by whoever asks (previously the flood locked
+//!   them out for as long as it lasted).
 //! - **socket buffers** ([`Limits::socket_buffer_bytes`]): the kernel's receive and send
 //!   buffers of every connection are fixed (no autotuning), so a client that stops reading
 //!   its answers, or sends faster than they are read, pins a known amount of kernel memory,
@@ -66,7 +85,12 @@ use std::{
     future::Future,
     io,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex, PoisonError},
+    pin::Pin,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll},
     time::Duration,
 };
 
@@ -79,7 +103,7 @@ use http_body_util::Limited;
 use hyper::{body::Incoming, server::conn::http1};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
-    io::{AsyncRead, AsyncWrite},
+    io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::{Notify, Semaphore, watch},
 };
@@ -105,7 +129,8 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Connections served at once (at least 1).
     pub max_connections: u32,
-    /// Connections served at once from one peer (source IP address), at least 1.
+    /// Connections served at once from one peer (source IP address), at least 1. At the
+    /// limit, a new connection of the peer takes the place of its oldest idle one.
     pub max_connections_per_peer: u32,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
@@ -116,6 +141,9 @@ pub struct Limits {
     /// `SO_RCVBUF`/`SO_SNDBUF` (the kernel doubles it); 0 leaves the kernel's autotuned
     /// defaults.
     pub socket_buffer_bytes: u32,
+    /// How long a client has to read the rest of a response once writing it had to wait
+    /// for the client (its socket's send buffer full); then the connection closes.
+    pub write_timeout: Duration,
     /// How long requests in flight get to finish after shutdown begins.
     pub shutdown_grace: Duration,
 }
@@ -123,13 +151,15 @@ pub struct Limits {
 impl Limits {
     /// A page anyone may reach (lolcow-web on its NodePort): 256 connections, 64 per
     /// peer, 16 KiB heads (a browser's cookies for the host name ride along), 64 KiB
-    /// bodies, 10 s to send a head (and idle keep-alive), 8 KiB socket buffers, 10 s to
-    /// drain. Worst case 16 MiB plus the answers in flight (lolcow-web's page is ~5 KiB:
-    /// under 18 MiB against its 64 MiB limit).
+    /// bodies, 10 s to send a head (and idle keep-alive), 10 s to read the rest of an
+    /// answer once it waits, 8 KiB socket buffers, 10 s to drain. Worst case 16 MiB plus
+    /// the answers in flight (lolcow-web's page is ~5 KiB: under 18 MiB against its 64 MiB
+    /// limit).
     ///
     /// The per-peer limit is a quarter of the slots and not less because clients behind
     /// one address (a NAT, or every client of a NodePort whose Service masquerades their
-    /// address, as `externalTrafficPolicy: Cluster` does) share it.
+    /// address, as `externalTrafficPolicy: Cluster` does) share it; at the limit a newcomer
+    /// displaces its peer's oldest idle connection rather than being refused.
     pub const PUBLIC: Limits = Limits {
         header_read_timeout: Duration::from_secs(10),
         max_connections: 256,
@@ -137,13 +167,15 @@ impl Limits {
         max_body_bytes: 64 * KIB,
         max_header_bytes: 16 * KIB,
         socket_buffer_bytes: 8 * 1024,
+        write_timeout: Duration::from_secs(10),
         shutdown_grace: Duration::from_secs(10),
     };
 
     /// Health probes (`/healthz`, `/readyz`) for the kubelet, which opens one short
     /// connection per probe with a head of ~150 bytes: 64 connections, 8 per peer, 8 KiB
-    /// heads, 16 KiB bodies (probes send none), 10 s to send a head, 8 KiB socket
-    /// buffers, 10 s to drain. Worst case 3.5 MiB plus 64 answers of a few bytes.
+    /// heads, 16 KiB bodies (probes send none), 10 s to send a head, 10 s to read the rest
+    /// of an answer once it waits, 8 KiB socket buffers, 10 s to drain. Worst case
+    /// 3.5 MiB plus 64 answers of a few bytes.
     ///
     /// A pod that floods the port holds 8 slots; the kubelet, holding fewer, displaces
     /// a connection of whoever holds the most when all 64 are taken.
@@ -154,6 +186,7 @@ impl Limits {
         max_body_bytes: 16 * KIB,
         max_header_bytes: 8 * KIB,
         socket_buffer_bytes: 8 * 1024,
+        write_timeout: Duration::from_secs(10),
         shutdown_grace: Duration::from_secs(10),
     };
 
@@ -262,8 +295,9 @@ pub async fn serve<H, Fut, Io>(
         let (handshake, router, stop) = (handshake.clone(), router.clone(), stop_rx.clone());
         tokio::spawn(async move {
             let evicted = ticket.evicted();
+            let busy = ticket.busy();
             tokio::select! {
-                () = connection(stream, handshake, router, limits, stop) => {}
+                () = connection(stream, handshake, router, limits, stop, busy) => {}
                 () = evicted.notified() => {
                     tracing::debug!(peer = %addr.ip(), "connection closed for another peer's");
                 }
@@ -313,17 +347,23 @@ impl Peer {
 /// Why a connection was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refused {
-    /// Its peer holds [`Limits::max_connections_per_peer`] connections.
+    /// Its peer holds [`Limits::max_connections_per_peer`] connections, all inside a
+    /// request handler.
     PeerAtLimit,
-    /// Every slot is taken and no peer holds more than the newcomer's peer would.
+    /// Every slot is taken, no peer holds more than the newcomer's peer would, and the
+    /// newcomer's peer has no idle connection to give up.
     AtLimit,
 }
 
 impl Refused {
     fn reason(self) -> &'static str {
         match self {
-            Refused::PeerAtLimit => "the peer is at its connection limit",
-            Refused::AtLimit => "every connection slot is taken, none of a peer holding more",
+            Refused::PeerAtLimit => {
+                "the peer is at its connection limit, every one of them inside a request"
+            }
+            Refused::AtLimit => {
+                "every connection slot is taken, none of a peer holding more, none idle of its own"
+            }
         }
     }
 }
@@ -343,11 +383,28 @@ struct Table {
     peers: HashMap<Peer, VecDeque<Held>>,
 }
 
-/// One admitted connection: its id and how to make it close.
+/// How long a new connection is safe from being displaced by a newer one of its own peer:
+/// time enough for a client that shares its address with a flood to send its request head,
+/// and a cap of one displacement a second per slot on how fast a flood churns them.
+const OWN_PEER_GRACE: Duration = Duration::from_secs(1);
+
+/// One admitted connection: its id, when it was admitted, how to make it close, and whether
+/// it is inside a request handler now (not idle).
 #[derive(Debug)]
 struct Held {
     id: u64,
+    since: tokio::time::Instant,
     evict: Arc<Notify>,
+    busy: Arc<AtomicBool>,
+}
+
+/// Which connection of a peer [`Table::evict_oldest`] may displace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    /// Its oldest idle one if it has one, else its oldest.
+    Oldest,
+    /// Only its oldest idle one older than [`OWN_PEER_GRACE`].
+    IdleAfterGrace,
 }
 
 /// An admitted connection's place in the [`Admission`] table; gives it back when dropped.
@@ -357,6 +414,7 @@ struct Ticket {
     peer: Peer,
     id: u64,
     evict: Arc<Notify>,
+    busy: Arc<AtomicBool>,
 }
 
 impl Admission {
@@ -372,16 +430,25 @@ impl Admission {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Admits a connection of `peer`, displacing the oldest connection of the peer that
-    /// holds the most when every slot is taken and that peer holds at least two more
-    /// than `peer` (so the displacement evens them out, and never swaps like for like).
+    /// Admits a connection of `peer`:
+    /// - at the per-peer limit, in place of the peer's own oldest idle connection that has
+    ///   been open for [`OWN_PEER_GRACE`] (refused when there is none: every one inside a
+    ///   request handler, or newer);
+    /// - when every slot is taken, in place of the oldest (idle, if it has one) connection
+    ///   of the peer that holds the most, if that peer holds at least two more than `peer`
+    ///   (so the displacement evens them out, and never swaps like for like); else in place
+    ///   of `peer`'s own oldest idle connection past the grace; else refused.
+    ///
+    /// So a peer is refused only when it has nothing idle to give up: clients sharing one
+    /// address are not locked out by those of them that hold connections open.
     fn admit(self: &Arc<Self>, peer: Peer) -> Result<Ticket, Refused> {
         let mut table = self.table();
         let mine = table.peers.get(&peer).map_or(0, VecDeque::len);
         if mine >= self.max_per_peer {
-            return Err(Refused::PeerAtLimit);
-        }
-        if table.open >= self.max_total {
+            if !table.evict_oldest(peer, Victim::IdleAfterGrace) {
+                return Err(Refused::PeerAtLimit);
+            }
+        } else if table.open >= self.max_total {
             let victim = table
                 .peers
                 .iter()
@@ -389,17 +456,23 @@ impl Admission {
                 .max_by_key(|(_, n)| *n)
                 .filter(|(_, n)| *n > mine + 1)
                 .map(|(p, _)| p);
-            let Some(victim) = victim else {
-                return Err(Refused::AtLimit);
+            let made_room = match victim {
+                Some(victim) => table.evict_oldest(victim, Victim::Oldest),
+                None => mine > 0 && table.evict_oldest(peer, Victim::IdleAfterGrace),
             };
-            table.evict_oldest(victim);
+            if !made_room {
+                return Err(Refused::AtLimit);
+            }
         }
         let id = table.next_id;
         table.next_id += 1;
         let evict = Arc::new(Notify::new());
+        let busy = Arc::new(AtomicBool::new(false));
         table.peers.entry(peer).or_default().push_back(Held {
             id,
+            since: tokio::time::Instant::now(),
             evict: evict.clone(),
+            busy: busy.clone(),
         });
         table.open += 1;
         Ok(Ticket {
@@ -407,17 +480,34 @@ impl Admission {
             peer,
             id,
             evict,
+            busy,
         })
     }
 }
 
 impl Table {
-    /// Tells the oldest connection of `peer` to close and forgets it.
-    fn evict_oldest(&mut self, peer: Peer) {
+    /// Tells the oldest connection of `peer` that `victim` allows to close, and forgets it.
+    /// Whether there was one.
+    fn evict_oldest(&mut self, peer: Peer, victim: Victim) -> bool {
         let Some(held) = self.peers.get_mut(&peer) else {
-            return;
+            return false;
         };
-        if let Some(oldest) = held.pop_front() {
+        let idle = |h: &Held| !h.busy.load(Ordering::Acquire);
+        let chosen = match victim {
+            Victim::Oldest => held
+                .iter()
+                .position(idle)
+                .or((!held.is_empty()).then_some(0)),
+            Victim::IdleAfterGrace => {
+                let now = tokio::time::Instant::now();
+                held.iter()
+                    .position(|h| idle(h) && now.duration_since(h.since) >= OWN_PEER_GRACE)
+            }
+        };
+        let Some(i) = chosen else {
+            return false;
+        };
+        if let Some(oldest) = held.remove(i) {
             // Stored if the task is not waiting yet: it then ends at its first poll.
             oldest.evict.notify_one();
             self.open -= 1;
@@ -425,13 +515,19 @@ impl Table {
         if held.is_empty() {
             self.peers.remove(&peer);
         }
+        true
     }
 }
 
 impl Ticket {
-    /// Notified when the connection is to close for another peer's.
+    /// Notified when the connection is to close for another connection's.
     fn evicted(&self) -> Arc<Notify> {
         self.evict.clone()
+    }
+
+    /// Set by the connection while a request handler runs (it is not idle then).
+    fn busy(&self) -> Arc<AtomicBool> {
+        self.busy.clone()
     }
 }
 
@@ -453,13 +549,15 @@ impl Drop for Ticket {
     }
 }
 
-/// Serves one connection until it ends or shutdown begins (then gracefully).
+/// Serves one connection until it ends or shutdown begins (then gracefully); `busy` is set
+/// while a request handler runs.
 async fn connection<H, Fut, Io>(
     stream: TcpStream,
     handshake: H,
     router: Router,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
+    busy: Arc<AtomicBool>,
 ) where
     H: Fn(TcpStream) -> Fut,
     Fut: Future<Output = io::Result<Io>>,
@@ -478,9 +576,18 @@ async fn connection<H, Fut, Io>(
         }
     };
     let max_body = limits.max_body_bytes;
+    let new_request = Arc::new(AtomicBool::new(false));
+    let io = WriteTimeout::new(io, limits.write_timeout, new_request.clone());
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let mut router = router.clone();
-        async move { Ok::<_, Infallible>(handle(&mut router, request, max_body).await) }
+        let (busy, new_request) = (busy.clone(), new_request.clone());
+        async move {
+            new_request.store(true, Ordering::Release);
+            busy.store(true, Ordering::Release);
+            let response = handle(&mut router, request, max_body).await;
+            busy.store(false, Ordering::Release);
+            Ok::<_, Infallible>(response)
+        }
     });
     let mut builder = http1::Builder::new();
     builder
@@ -504,6 +611,113 @@ async fn connection<H, Fut, Io>(
     };
     if let Err(error) = result {
         tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+/// A connection's I/O whose writes fail ([`io::ErrorKind::TimedOut`]) once they have waited
+/// for the client longer than the write timeout: the deadline starts at the first write
+/// that cannot go through at once (the socket's send buffer is full) and is dropped when the
+/// next request arrives, if nothing waits to be written then. Hyper then ends the
+/// connection.
+struct WriteTimeout<Io> {
+    io: Io,
+    timeout: Duration,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the last write operation had to wait.
+    waiting: bool,
+    /// Set by the service for each request it gets.
+    new_request: Arc<AtomicBool>,
+}
+
+impl<Io> WriteTimeout<Io> {
+    fn new(io: Io, timeout: Duration, new_request: Arc<AtomicBool>) -> Self {
+        Self {
+            io,
+            timeout,
+            deadline: None,
+            waiting: false,
+            new_request,
+        }
+    }
+
+    /// Runs the write operation `op` within the deadline.
+    fn guard<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        op: impl FnOnce(Pin<&mut Io>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>>
+    where
+        Io: Unpin,
+    {
+        // A new request drops the deadline once what came before it is written; not while
+        // a write still waits (a client pipelining requests it never reads the answers of
+        // does not get a new deadline with each).
+        if self.new_request.swap(false, Ordering::AcqRel) && !self.waiting {
+            self.deadline = None;
+        }
+        let timed_out = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not read the answer in time",
+            )
+        };
+        if let Some(deadline) = self.deadline.as_mut()
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(timed_out()));
+        }
+        let result = op(Pin::new(&mut self.io), cx);
+        self.waiting = result.is_pending();
+        if result.is_pending() && self.deadline.is_none() {
+            let mut deadline = Box::pin(tokio::time::sleep(self.timeout));
+            // Polled once so that it wakes the connection when it passes.
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(timed_out()));
+            }
+            self.deadline = Some(deadline);
+        }
+        result
+    }
+}
+
+impl<Io: AsyncRead + Unpin> AsyncRead for WriteTimeout<Io> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<Io: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<Io> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().guard(cx, |io, cx| io.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut()
+            .guard(cx, |io, cx| io.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().guard(cx, |io, cx| io.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().guard(cx, |io, cx| io.poll_shutdown(cx))
     }
 }
 
@@ -551,11 +765,17 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpSocket;
 
+    /// The size of `GET /large`: far more than the socket buffers of both ends hold.
+    const LARGE: usize = 4 << 20;
+
     fn app() -> Router {
-        Router::new().route("/", get(|| async { "hello" })).route(
-            "/echo",
-            post(|body: String| async move { body.len().to_string() }),
-        )
+        Router::new()
+            .route("/", get(|| async { "hello" }))
+            .route("/large", get(|| async { "x".repeat(LARGE) }))
+            .route(
+                "/echo",
+                post(|body: String| async move { body.len().to_string() }),
+            )
     }
 
     /// Starts a server; returns its address and a sender that shuts it down.
@@ -764,7 +984,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_peer_at_its_limit_is_closed_while_another_peer_is_served() {
+    async fn a_peer_at_its_limit_gives_up_its_oldest_idle_connection() {
         let limits = Limits {
             max_connections: 100,
             max_connections_per_peer: 3,
@@ -772,29 +992,79 @@ mod tests {
         };
         let (addr, _stop, _task) = start(limits).await;
         let mut held = half_written(2, addr, 3).await;
-        // The fourth of the same peer is closed at once, without an answer...
+        // Within their first second, the three are safe: a fourth of the peer is closed.
+        let fourth = exchange_on(connect_from(2, addr).await, GET).await;
+        assert_eq!(fourth, "", "a connection was displaced in its first second");
+        tokio::time::sleep(OWN_PEER_GRACE + Duration::from_millis(100)).await;
+        // Then the fourth of the same peer is served at once, in place of the peer's oldest...
         let started = Instant::now();
         let fourth = exchange_on(connect_from(2, addr).await, GET).await;
-        assert_eq!(fourth, "", "the fourth connection of a peer was served");
+        assert!(fourth.starts_with("HTTP/1.1 200"), "{fourth}");
         assert!(started.elapsed() < Duration::from_secs(2));
-        // ...while another peer is served.
-        let other = exchange_on(connect_from(3, addr).await, GET).await;
-        assert!(other.starts_with("HTTP/1.1 200"), "{other}");
-        // The three held are still open (the header timeout is 10 s).
-        for s in &mut held {
+        assert!(closed_within(&mut held[0], Duration::from_secs(2)).await);
+        // ...and the others of that peer, and every other peer's, stay (the header timeout
+        // is 10 s).
+        let mut other = half_written(3, addr, 3).await;
+        for s in held[1..].iter_mut().chain(&mut other) {
             assert!(!closed_within(s, Duration::from_millis(100)).await);
         }
-        // Once one of them is gone, the peer gets a slot again.
-        drop(held.pop());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let again = exchange_on(connect_from(2, addr).await, GET).await;
-            if again.starts_with("HTTP/1.1 200") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no slot came free: {again:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_whose_connections_are_all_inside_a_request_is_refused() {
+        let admission = Arc::new(Admission::new(&Limits {
+            max_connections: 4,
+            max_connections_per_peer: 2,
+            ..Limits::PUBLIC
+        }));
+        let peer = |n: u8| Peer(IpAddr::from([10, 0, 0, n]));
+        let a: Vec<Ticket> = (0..2).map(|_| admission.admit(peer(1)).unwrap()).collect();
+        for t in &a {
+            t.busy().store(true, Ordering::Release);
         }
+        tokio::time::advance(OWN_PEER_GRACE).await;
+        assert_eq!(admission.admit(peer(1)).err(), Some(Refused::PeerAtLimit));
+        // One of them idle again: it makes room.
+        a[1].busy().store(false, Ordering::Release);
+        let third = admission.admit(peer(1)).unwrap();
+        assert_eq!(admission.table().open, 2);
+        assert_eq!(
+            admission.table().peers[&peer(1)]
+                .iter()
+                .map(|h| h.id)
+                .collect::<Vec<_>>(),
+            [a[0].id, third.id]
+        );
+        drop((a, third));
+        assert_eq!(admission.table().open, 0);
+        assert!(admission.table().peers.is_empty());
+
+        // Full, two peers at one each, both inside a request: neither evens out by taking
+        // the other's, and neither has an idle one of its own to give up.
+        let admission = Arc::new(Admission::new(&Limits {
+            max_connections: 2,
+            max_connections_per_peer: 2,
+            ..Limits::PUBLIC
+        }));
+        let a = admission.admit(peer(1)).unwrap();
+        let b = admission.admit(peer(2)).unwrap();
+        a.busy().store(true, Ordering::Release);
+        b.busy().store(true, Ordering::Release);
+        tokio::time::advance(OWN_PEER_GRACE).await;
+        assert_eq!(admission.admit(peer(1)).err(), Some(Refused::AtLimit));
+        // Idle, it gives way to its own peer's newcomer (not to another peer's), once its
+        // first second is over.
+        a.busy().store(false, Ordering::Release);
+        assert_eq!(admission.admit(peer(3)).err(), Some(Refused::AtLimit));
+        let again = admission.admit(peer(1)).unwrap();
+        assert_eq!(
+            admission.admit(peer(1)).err(),
+            Some(Refused::AtLimit),
+            "the newcomer is safe in its first second"
+        );
+        assert_eq!(admission.table().peers[&peer(1)].len(), 1);
+        assert_eq!(admission.table().peers[&peer(1)][0].id, again.id);
+        assert_eq!(admission.table().open, 2);
     }
 
     #[tokio::test]
@@ -822,14 +1092,172 @@ mod tests {
         small.extend(half_written(4, addr, 1).await);
         assert!(closed_within(&mut big[1], Duration::from_secs(2)).await);
         // Now both hold two: a third connection of either would not even them out, so
-        // it is refused and nobody is displaced.
-        for host in [2, 4] {
-            let refused = exchange_on(connect_from(host, addr).await, GET).await;
-            assert_eq!(refused, "", "127.0.0.{host} got a third slot");
-        }
-        for s in big[2..].iter_mut().chain(&mut small) {
+        // it takes the place of its own peer's oldest (past its first second), and the
+        // other peer keeps its two.
+        tokio::time::sleep(OWN_PEER_GRACE + Duration::from_millis(100)).await;
+        let third = exchange_on(connect_from(4, addr).await, GET).await;
+        assert!(third.starts_with("HTTP/1.1 200"), "{third}");
+        assert!(closed_within(&mut small[0], Duration::from_secs(2)).await);
+        for s in big[2..].iter_mut().chain(&mut small[1..]) {
             assert!(!closed_within(s, Duration::from_millis(100)).await);
         }
+    }
+
+    /// A connection from 127.0.0.`host` whose receive buffer is small, so that an answer it
+    /// does not read fills both ends' buffers quickly.
+    async fn slow_reader(host: u8, addr: SocketAddr, request: &str) -> TcpStream {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket
+            .bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, host), 0)))
+            .unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream
+    }
+
+    /// Reads what is left on `stream` until EOF or an error, within `deadline`: the bytes
+    /// read, or `None` if it stayed open.
+    async fn drain_within(stream: &mut TcpStream, deadline: Duration) -> Option<usize> {
+        let mut buf = vec![0_u8; 64 * 1024];
+        let mut total = 0;
+        tokio::time::timeout(deadline, async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return total,
+                    Ok(n) => total += n,
+                }
+            }
+        })
+        .await
+        .ok()
+    }
+
+    const GET_LARGE: &str = "GET /large HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_never_reads_is_closed_at_the_write_timeout_and_its_slot_freed() {
+        let timeout = Duration::from_millis(800);
+        let limits = Limits {
+            max_connections: 1,
+            max_connections_per_peer: 1,
+            write_timeout: timeout,
+            ..Limits::PUBLIC
+        };
+        let (addr, _stop, _task) = start(limits).await;
+        let asked = Instant::now();
+        let mut stuck = slow_reader(2, addr, GET_LARGE).await;
+        // The one slot is taken: another peer (holding none against its one) is refused.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let refused = exchange_on(connect_from(3, addr).await, GET).await;
+        assert_eq!(refused, "", "a second connection got the only slot");
+        // Before the timeout the stuck connection is still open...
+        assert!(asked.elapsed() < timeout);
+        // ...after it, another peer gets the slot.
+        let served_at = loop {
+            let answer = exchange_on(connect_from(3, addr).await, GET).await;
+            if answer.starts_with("HTTP/1.1 200") {
+                break asked.elapsed();
+            }
+            assert!(
+                asked.elapsed() < timeout * 4,
+                "no slot came free after {:?}",
+                asked.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(served_at >= timeout, "slot free after {served_at:?}");
+        // The client that never read finds its answer cut short.
+        let got = drain_within(&mut stuck, Duration::from_secs(5))
+            .await
+            .expect("the stuck connection was closed");
+        assert!(got < LARGE, "the whole answer was written: {got}");
+    }
+
+    #[tokio::test]
+    async fn the_write_deadline_runs_from_the_first_wait_to_the_next_request() {
+        use std::future::poll_fn;
+        let timeout = Duration::from_millis(300);
+        // A pipe of 1 KiB that nobody reads: the second KiB waits.
+        let (io, mut peer) = tokio::io::duplex(1024);
+        let new_request = Arc::new(AtomicBool::new(false));
+        let mut io = WriteTimeout::new(io, timeout, new_request.clone());
+        let kib = [0_u8; 1024];
+        io.write_all(&kib).await.unwrap();
+        let started = Instant::now();
+        // A request coming while the write waits does not put the deadline off.
+        let writing = async {
+            let mut pending = 0;
+            poll_fn(|cx| {
+                pending += 1;
+                if pending == 2 {
+                    new_request.store(true, Ordering::Release);
+                }
+                Pin::new(&mut io).poll_write(cx, &kib)
+            })
+            .await
+        };
+        let error = writing.await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        let took = started.elapsed();
+        assert!(took >= timeout && took < timeout * 3, "{took:?}");
+
+        // Read by the client in time, then a new request: a new deadline for its answer.
+        let (io, mut peer2) = tokio::io::duplex(1024);
+        let new_request = Arc::new(AtomicBool::new(false));
+        let mut io = WriteTimeout::new(io, timeout, new_request.clone());
+        io.write_all(&kib).await.unwrap();
+        let reader = tokio::spawn(async move {
+            tokio::time::sleep(timeout / 2).await;
+            let mut buf = vec![0_u8; 2048];
+            let mut got = 0;
+            while got < 2048 {
+                got += peer2.read(&mut buf).await.unwrap();
+            }
+            peer2
+        });
+        io.write_all(&kib).await.unwrap();
+        let mut peer2 = reader.await.unwrap();
+        tokio::time::sleep(timeout).await;
+        new_request.store(true, Ordering::Release);
+        io.write_all(&kib).await.unwrap();
+        io.flush().await.unwrap();
+        let mut buf = vec![0_u8; 1024];
+        assert_eq!(peer2.read(&mut buf).await.unwrap(), 1024);
+        drop(peer.read(&mut buf).await);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clients_behind_one_address_are_not_locked_out_by_slow_ones() {
+        // As lolcow-web's page is served: every NodePort visitor may arrive from the node's
+        // address. 40 clients that never finish their head and 40 that never read their
+        // answer, all from one address (more than its 64 slots)...
+        let limits = Limits::PUBLIC;
+        let (addr, _stop, _task) = start(limits).await;
+        let mut slow = half_written(2, addr, 40).await;
+        for _ in 0..40 {
+            slow.push(slow_reader(2, addr, GET_LARGE).await);
+        }
+        // (Each connection is safe from its own address's newer ones for its first second.)
+        tokio::time::sleep(OWN_PEER_GRACE + Duration::from_millis(100)).await;
+        // ...and a new client from the same address still gets the page, at once (well
+        // within the 10 s header-read and write timeouts).
+        let started = Instant::now();
+        let answer = exchange_on(connect_from(2, addr).await, GET).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        assert!(answer.ends_with("hello"), "{answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "served after {:?}",
+            started.elapsed()
+        );
+        // Again and again: each newcomer displaces the oldest idle one.
+        for _ in 0..20 {
+            let answer = exchange_on(connect_from(2, addr).await, GET).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(slow);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,14 +37,21 @@ pub struct Config {
     #[arg(long, env = "HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
 
+    /// Time a client of the page has to read the rest of an answer once
+    /// writing it had to wait for the client, e.g. `10s` or `500ms`; then the
+    /// connection is closed.
+    #[arg(long, env = "WRITE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+
     /// Connections to the page served at once. When all are taken, a client
     /// holding fewer than the one holding the most displaces that one's oldest
     /// connection; others are closed.
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = Limits::PUBLIC.max_connections, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 
-    /// Connections to the page served at once from one client address;
-    /// further ones are closed.
+    /// Connections to the page served at once from one client address; a
+    /// further one takes the place of that address's oldest idle connection
+    /// (clients behind one NAT address are not locked out by some of them).
     #[arg(long, env = "MAX_CONNECTIONS_PER_PEER", default_value_t = Limits::PUBLIC.max_connections_per_peer, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections_per_peer: u32,
 
@@ -100,6 +107,7 @@ impl Config {
     pub fn limits(&self) -> Limits {
         Limits {
             header_read_timeout: self.header_read_timeout,
+            write_timeout: self.write_timeout,
             max_connections: self.max_connections,
             max_connections_per_peer: self.max_connections_per_peer,
             max_header_bytes: self.max_header_bytes,
@@ -156,6 +164,7 @@ mod tests {
             port: 8080,
             probe_port: None,
             header_read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
             max_connections: 256,
             max_connections_per_peer: 64,
             max_header_bytes: 16384,
@@ -208,6 +217,7 @@ mod tests {
                 .to_owned()
         };
         assert_eq!(default("header_read_timeout"), "10s");
+        assert_eq!(default("write_timeout"), "10s");
         assert_eq!(default("max_connections"), "256");
         assert_eq!(default("max_connections_per_peer"), "64");
         assert_eq!(default("max_header_bytes"), "16384");
@@ -216,6 +226,8 @@ mod tests {
             "lolcow-web",
             "--header-read-timeout",
             "250ms",
+            "--write-timeout",
+            "2s",
             "--max-connections",
             "7",
             "--max-connections-per-peer",
@@ -227,12 +239,14 @@ mod tests {
         ]);
         let limits = config.limits();
         assert_eq!(limits.header_read_timeout, Duration::from_millis(250));
+        assert_eq!(limits.write_timeout, Duration::from_secs(2));
         assert_eq!(limits.max_connections, 7);
         assert_eq!(limits.max_connections_per_peer, 3);
         assert_eq!(limits.max_header_bytes, 4096);
         assert_eq!(limits.max_body_bytes, 10);
         assert!(Config::try_parse_from(["lolcow-web", "--header-read-timeout", "0s"]).is_err());
         assert!(Config::try_parse_from(["lolcow-web", "--header-read-timeout", "soon"]).is_err());
+        assert!(Config::try_parse_from(["lolcow-web", "--write-timeout", "0s"]).is_err());
         assert!(Config::try_parse_from(["lolcow-web", "--max-connections", "0"]).is_err());
         assert!(Config::try_parse_from(["lolcow-web", "--max-connections-per-peer", "0"]).is_err());
         assert!(Config::try_parse_from(["lolcow-web", "--max-header-bytes", "100"]).is_err());

@@ -10,9 +10,11 @@
 //!   the page, however many and however slow, cannot keep the probes from
 //!   being answered. The lolcow operator's Deployment probes that port.
 //!
-//! Both listeners run `serving`'s loop: header-read and idle
-//! timeouts, head-size and connection limits, a per-client-address limit,
-//! fixed socket buffers (the page with `Limits::PUBLIC` changed by the flags,
+//! Both listeners run `serving`'s loop: header-read, idle and write
+//! timeouts, head-size and connection limits, a per-client-address limit
+//! (a further connection of the address takes the place of its oldest idle
+//! one, so clients behind one NAT address are not locked out), fixed socket
+//! buffers (the page with `Limits::PUBLIC` changed by the flags,
 //! the probes with `Limits::PROBES`). Every slot of both taken, they hold at
 //! most ~22 MiB against the 64 MiB limit the operator gives the container.
 //!

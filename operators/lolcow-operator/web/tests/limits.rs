@@ -1,7 +1,8 @@
 //! The server's limits against slow, idle and greedy clients (slowloris): half-written
 //! requests neither block the page nor stay open past the header-read timeout, one client
-//! address gets at most its share of the page's connections, and nothing done to the page
-//! reaches the probe listener.
+//! address gets at most its share of the page's connections (a newcomer of that address
+//! taking the place of its oldest idle one, so clients behind one NAT address are not
+//! locked out), and nothing done to the page reaches the probe listener.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -153,8 +154,9 @@ fn get_from(host: u8, port: u16, path: &str) -> String {
 #[test]
 fn a_flood_of_the_page_neither_reaches_the_probes_nor_keeps_other_clients_out() {
     let server = Server::start(Some("still here"));
-    // 1,100 half-written requests from one address (it gets 64 of the 256 slots, the
-    // others are closed at once), then 64 more from each of three others: every slot taken.
+    // 1,100 half-written requests from one address (it holds 64 of the 256 slots: each
+    // one beyond is closed at once, or displaces the oldest once that is a second old),
+    // then 64 more from each of three others: every slot taken.
     let mut flood = Vec::new();
     for (host, count) in [(1, 1100), (2, 64), (3, 64), (4, 64)] {
         for _ in 0..count {
@@ -163,13 +165,17 @@ fn a_flood_of_the_page_neither_reaches_the_probes_nor_keeps_other_clients_out() 
             flood.push(s);
         }
     }
+    // A second on, the oldest of the flood are past their time to send a head untouched.
+    std::thread::sleep(Duration::from_millis(1100));
     let started = Instant::now();
     // The kubelet, from a flooding address, still gets its probe at once.
     let probe = server.get_probe("/healthz");
     assert_eq!((probe.status, probe.body.as_str()), (200, "ok"));
-    // The address that sent 1,100 is at its limit and gets nothing...
-    assert_eq!(get_from(1, server.port, "/"), "");
-    // ...while a new client address gets the page (displacing a flooding connection).
+    // The address that sent 1,100 is at its limit, and still gets the page (its oldest
+    // half-written connection gives way: behind a NAT it may be another client's)...
+    let same = get_from(1, server.port, "/");
+    assert!(same.starts_with("HTTP/1.1 200"), "{same}");
+    // ...and so does a new client address.
     let page = get_from(9, server.port, "/");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(page.contains("still here"), "{page}");
@@ -178,8 +184,8 @@ fn a_flood_of_the_page_neither_reaches_the_probes_nor_keeps_other_clients_out() 
         "answered after {:?}",
         started.elapsed()
     );
-    // Of the 1,100, the server closed all but its 64 at once (and maybe one of those for
-    // the new client).
+    // Of the 1,100, the server closed all but the last 64 at once, and one of those for
+    // the same address's page (and maybe one for the new client).
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut closed = 0;
     for s in &mut flood[..1100] {
@@ -189,7 +195,7 @@ fn a_flood_of_the_page_neither_reaches_the_probes_nor_keeps_other_clients_out() 
         }
     }
     assert!(
-        (1100 - 64..=1100 - 63).contains(&closed),
+        (1100 - 63..=1100 - 62).contains(&closed),
         "{closed} of 1,100 connections from one address were closed"
     );
 }
