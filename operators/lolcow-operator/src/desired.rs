@@ -188,14 +188,23 @@ pub fn desired_deployment(lc: &Lolcow, owner: OwnerReference, image: &str) -> De
     )
 }
 
+/// How the Service routes traffic arriving at a node: `Local`, to the page's pod on that
+/// node only, so the client's address is kept (no SNAT) and the page's per-client limits
+/// count real clients, not the node that masqueraded them all (`Cluster`, the default). The
+/// price: the NodePort answers on the node that runs the pod (the one real node of the local
+/// cluster; on a cluster of several, open the page on the pod's node, or put a load
+/// balancer that checks the nodes in front).
+pub const EXTERNAL_TRAFFIC_POLICY: &str = "Local";
+
 /// The Service: named like the Lolcow, type NodePort, port 80 to the container's 8080,
-/// `nodePort = spec.port`. The page only: never the probe port.
+/// `nodePort = spec.port`, [`EXTERNAL_TRAFFIC_POLICY`]. The page only: never the probe port.
 #[must_use]
 pub fn desired_service(lc: &Lolcow, owner: OwnerReference) -> Service {
     Service {
         metadata: child_meta(lc, owner),
         spec: Some(ServiceSpec {
             type_: Some("NodePort".to_owned()),
+            external_traffic_policy: Some(EXTERNAL_TRAFFIC_POLICY.to_owned()),
             selector: Some(selector_labels(lc)),
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.to_owned()),
@@ -321,6 +330,9 @@ mod tests {
         let s = desired_service(&lc, owner);
         let spec = s.spec.clone().unwrap();
         assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+        // Clients keep their own address (no SNAT by the node), so the page's per-client
+        // limits count them apart.
+        assert_eq!(spec.external_traffic_policy.as_deref(), Some("Local"));
         assert_eq!(spec.selector.unwrap(), selector_labels(&lc));
         let ports = spec.ports.unwrap();
         assert_eq!(ports.len(), 1, "the Service exposes the page alone");
