@@ -215,12 +215,19 @@ pub struct Autoscaling {
     /// Default: the host of `serverAddress` with Pulsar's standard web service port,
     /// `http://<host>:8080` for `pulsar://` and `https://<host>:8443` for `pulsar+ssl://`.
     /// The operator reads `GET <adminUrl>/admin/v2/<persistent|non-persistent>/<tenant>/<namespace>/<topic>/stats`
-    /// (`/partitioned-stats` for a partitioned topic) without credentials. It does not
-    /// connect to loopback, link-local (cloud metadata), unspecified, multicast or broadcast
-    /// addresses, nor to the Kubernetes API server, unless its administrator allows them
-    /// (`ScalingActive=False` with reason `AdminTargetNotAllowed` otherwise); the
-    /// link-local, unspecified, multicast and broadcast addresses and the API server's names
-    /// are refused here already.
+    /// (`/partitioned-stats` for a partitioned topic) without credentials. It reads only a
+    /// Service of the PulsarConsumer's own namespace, by name (`<service>.<namespace>`,
+    /// `<service>.<namespace>.svc[.<cluster domain>]`, or a headless Service's pod), or an
+    /// address its administrator allows every namespace (a shared broker's, say); any other
+    /// host, another namespace's Service and every literal IP address included, gives
+    /// `ScalingActive=False` with reason `AdminTargetNotAllowed` until the administrator
+    /// lists its address. It never connects to loopback, link-local (cloud metadata),
+    /// unspecified, multicast or broadcast addresses, nor to the Kubernetes API server,
+    /// unless its administrator allows them; the link-local, unspecified, multicast and
+    /// broadcast addresses and the API server's names are refused here already. Every read
+    /// that fails otherwise (no connection, an HTTP error, not a topic's stats, too large,
+    /// no such topic or subscription) gives the same reason, `AdminAPIUnavailable`, and the
+    /// same message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256), pattern(ADMIN_URL_PATTERN))]
     #[x_kube(validation = Rule::new(UNSAFE_ADMIN_HOST_RULE).message(UNSAFE_ADMIN_HOST_MESSAGE))]

@@ -3,7 +3,7 @@
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `PULSAR_ADMIN_ALLOWED_CIDRS` | none | comma-separated CIDRs (or single addresses) the operator may connect to although [`crate::target`] refuses them by default, e.g. `127.0.0.0/8,::1` for a broker on the node's loopback in development |
+//! | `PULSAR_ADMIN_ALLOWED_CIDRS` | none | comma-separated CIDRs (or single addresses) every namespace's PulsarConsumers may read the admin API at ([`crate::target::Reach::Granted`]): without them a PulsarConsumer reads only Services of its own namespace. Listed addresses are allowed even where [`crate::target`] refuses them by default, e.g. a shared broker's Service address (`10.96.12.34`), or `127.0.0.0/8,::1` for a broker on the node's loopback in development |
 //! | `PULSAR_ADMIN_MIN_POLL_SECONDS` | 5 | the shortest interval between two reads of one object's backlog: a smaller `pollIntervalSeconds` is read as this (1 to 3600) |
 //! | `PULSAR_ADMIN_MAX_CONCURRENT_POLLS` | 8 | reads in flight at once, all objects together (1 to 64); one namespace gets at most a quarter of them (at least 1) |
 //!
