@@ -39,7 +39,7 @@ use e2e::kinds::{
     OPERATORS, free_node_port, lolcow_ready, memcached_ready, podset_ready, pulsar_consumer_ready,
 };
 use e2e::{TestNamespace, kubeconfig_path, poll, pulsar, target_dir};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -287,6 +287,24 @@ fn endpoint_pod() -> Value {
                 "resources": {"limits": {"memory": "64Mi", "cpu": "500m"}}
             }],
             "volumes": [{"name": "www", "emptyDir": {}}]
+        }
+    })
+}
+
+/// The headless Service of tenant `a`'s endpoint pod (the operator reads a tenant's admin
+/// API only at a Service of its own namespace; headless, its name resolves to the pod).
+fn endpoint_service() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "endpoint"},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"app": "endpoint"},
+            "ports": [
+                {"name": "stats", "port": 8080, "targetPort": 8080},
+                {"name": "error", "port": 8081, "targetPort": 8081}
+            ]
         }
     })
 }
@@ -712,16 +730,17 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
     let a_ns = TestNamespace::real("tenant-a").await?;
     let a = tenant(&admin, &a_ns, "e2e-tenant-a").await?;
     create::<Pod>(&a, &a_ns.name, endpoint_pod()).await?;
-    let endpoint = the_pod(&admin, &a_ns.name, "app=endpoint").await?;
-    let endpoint_ip = pod_ip(&endpoint)?;
-    let http = format!("http://{endpoint_ip}:8080");
+    create::<Service>(&a, &a_ns.name, endpoint_service()).await?;
+    the_pod(&admin, &a_ns.name, "app=endpoint").await?;
+    let endpoint = format!("endpoint.{}.svc", a_ns.name);
+    let http = format!("http://{endpoint}:8080");
     let pcs = Api::<PulsarConsumer>::namespaced(a.clone(), &a_ns.name);
     create::<PulsarConsumer>(&a, &a_ns.name, polled("flood", "flood", &http, 300)).await?;
     create::<PulsarConsumer>(&a, &a_ns.name, polled("text", "text", &http, 300)).await?;
     create::<PulsarConsumer>(
         &a,
         &a_ns.name,
-        polled("error", "error", &format!("http://{endpoint_ip}:8081"), 300),
+        polled("error", "error", &format!("http://{endpoint}:8081"), 300),
     )
     .await?;
     for i in 0..WINDOWS {

@@ -18,12 +18,14 @@ use e2e::{TestNamespace, create_from_json, kubectl_ok, poll};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use lolcow_operator::api::Lolcow;
 use podset_operator::api::PodSet;
 use pulsar_consumer_operator::api::PulsarConsumer;
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -774,8 +776,50 @@ async fn pulsar_consumer_operator_image_consumes_from_the_real_broker() -> Resul
         },
     )
     .await?;
+    grant_the_broker(&client, &deployed).await?;
     assert_autoscaling_with_consumer_pods(&client, &host_url).await?;
     drop(deployed);
+    Ok(())
+}
+
+/// Grants the deployed operator the shared broker of namespace `pulsar`, as an administrator
+/// would for a broker every tenant shares: a PulsarConsumer reads only its own namespace's
+/// Services or the addresses listed in `PULSAR_ADMIN_ALLOWED_CIDRS`. The broker's Service
+/// is headless, so its name resolves to its endpoints' addresses: those are listed (set on
+/// the operator's Deployment, its rollout waited for).
+async fn grant_the_broker(client: &kube::Client, deployed: &Deployed) -> Result<()> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "pulsar");
+    let addresses: BTreeSet<String> = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=pulsar-broker"))
+        .await?
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .flat_map(|e| e.addresses.iter().cloned())
+        .collect();
+    ensure!(
+        !addresses.is_empty(),
+        "no address of the Service pulsar/pulsar-broker"
+    );
+    let system = deployed.namespace();
+    let target = format!("deployment/{}", deployed.operator);
+    let cidrs = addresses.into_iter().collect::<Vec<_>>().join(",");
+    kubectl_ok([
+        "set",
+        "env",
+        "-n",
+        &system,
+        &target,
+        &format!("PULSAR_ADMIN_ALLOWED_CIDRS={cidrs}"),
+    ])?;
+    kubectl_ok([
+        "rollout",
+        "status",
+        "-n",
+        &system,
+        &target,
+        &format!("--timeout={}s", ROLLOUT.as_secs()),
+    ])?;
     Ok(())
 }
 
