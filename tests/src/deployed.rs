@@ -60,6 +60,17 @@ impl Deployed {
         Ok(deployed)
     }
 
+    /// Like [`Deployed::new`], installed namespace-scoped, watching only `namespaces`
+    /// (`cargo xtask deploy --namespaced`): objects of other tests' namespaces are left to
+    /// their own operators.
+    pub fn watching(operator: &'static str, namespaces: &[&str]) -> Result<Deployed> {
+        place_namespace(&format!("{operator}-system"), false)?;
+        let deployed = Deployed { operator };
+        let watched = format!("--namespaced={}", namespaces.join(","));
+        xtask(&["deploy", operator, "--registry", REGISTRY, &watched])?;
+        Ok(deployed)
+    }
+
     /// The namespace it runs in.
     pub fn namespace(&self) -> String {
         format!("{}-system", self.operator)

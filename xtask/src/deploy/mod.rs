@@ -121,11 +121,19 @@ fn generated_dir(operator: &str) -> PathBuf {
     paths::target_dir().join("deploy").join(operator)
 }
 
-/// `kubectl apply --server-side -f <path>` on the target cluster.
+/// `kubectl apply --server-side --force-conflicts -f <path>` on the target cluster.
 fn apply_file(path: &Path) -> Result<()> {
     cmd::run(
         target_kubectl()
-            .with_args(["apply", "--server-side", "-f"])
+            // As the kustomize tree is applied: one field manager, taking over fields an
+            // earlier install (or a test harness) applied, so a changed CRD is upgraded.
+            .with_args([
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=xtask-deploy",
+                "-f",
+            ])
             .arg(path),
     )
 }
