@@ -714,8 +714,10 @@ fn pod_memory_peak(uid: &str) -> Option<u64> {
 /// through the NodePort, each trickling a request head and never finishing it, renewed as
 /// the server closes them, for longer than failing probes take to restart the pod. The
 /// kubelet probes a listener of its own, so the pod stays Ready and is never restarted;
-/// the server closes every trickled head at its header-read timeout (not per byte); a
-/// client from another address (a pod) still gets the page.
+/// the server holds at most one peer's cap (64) of the flood, whose newer connections
+/// displace its older idle ones after their first second; a client from this machine (the
+/// same peer as the flood) still gets the page through the NodePort, and so does a client
+/// from another address (a pod).
 #[tokio::test(flavor = "multi_thread")]
 async fn lolcow_page_flood_leaves_the_pod_ready_on_the_real_node() -> Result<()> {
     let test = "lolcow_page_flood_leaves_the_pod_ready_on_the_real_node";
@@ -809,6 +811,8 @@ async fn lolcow_page_flood_leaves_the_pod_ready_on_the_real_node() -> Result<()>
     let mut most_held = 0;
     let mut fresh_client: Option<Instant> = None;
     let mut fresh_client_done = false;
+    // Page requests from this machine through the NodePort during the flood: (tried, got).
+    let (mut page_tries, mut page_during_flood) = (0_u32, false);
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_secs(1)).await;
         most_held = most_held.max(stats.held.load(Ordering::Relaxed));
@@ -818,6 +822,14 @@ async fn lolcow_page_flood_leaves_the_pod_ready_on_the_real_node() -> Result<()>
             "{:?} into the flood the pod is ready={ready}, restarted {restarts} times, uid {now_uid} (was {uid})",
             started.elapsed()
         );
+        if !page_during_flood && started.elapsed() > HEADER_READ_TIMEOUT {
+            // The flood has been full for a while; this client is the same peer as the
+            // flood, whose idle connections it displaces.
+            page_tries += 1;
+            page_during_flood = page()
+                .await
+                .is_ok_and(|(code, body)| code == 200 && body.contains("Still grazing"));
+        }
         if fresh_client.is_none() && started.elapsed() > HEADER_READ_TIMEOUT {
             // The flood has been full for a while: every slot it can get is taken.
             let url = format!("http://{pod_ip}:8080/");
@@ -855,8 +867,14 @@ async fn lolcow_page_flood_leaves_the_pod_ready_on_the_real_node() -> Result<()>
     let peak = pod_memory_peak(&uid);
     eprintln!(
         "flood: {opened} connections opened, {closed} closed by the server, at most {most_held} \
-         held at once, longest {longest:?}; pod memory peak {:?} MiB",
+         held at once, longest {longest:?}; the page through the NodePort after {page_tries} \
+         tries: {page_during_flood}; pod memory peak {:?} MiB",
         peak.map(|b| b / (1024 * 1024))
+    );
+    ensure!(
+        page_during_flood,
+        "this machine did not get the page through the NodePort during the flood \
+         ({page_tries} tries)"
     );
     ensure!(
         fresh_client_done,
@@ -885,17 +903,12 @@ async fn lolcow_page_flood_leaves_the_pod_ready_on_the_real_node() -> Result<()>
         during.iter().map(|e| &e.note).collect::<Vec<_>>()
     );
     // The server holds no more of the flood than one client address may have: the NodePort
-    // masquerades every connection from this machine to the node's address.
+    // masquerades every connection from this machine to the node's address. (The flood's
+    // newer connections displace its older idle ones after their first second, so how
+    // many are held at a time, and for how long, depends on the churn: at most is all.)
     ensure!(
-        (1..=64).contains(&most_held),
+        most_held <= 64,
         "{most_held} flooding connections held at once"
-    );
-    // ...and closed the trickled heads at the header-read timeout, counted from the start
-    // of the head (per byte, they would have lasted the whole flood).
-    ensure!(
-        longest >= HEADER_READ_TIMEOUT - Duration::from_secs(1)
-            && longest < HEADER_READ_TIMEOUT + 2 * TRICKLE_EVERY + Duration::from_secs(3),
-        "the longest flooding connection lasted {longest:?}"
     );
     // After the flood: the same pod, never restarted, and the page for this machine again.
     let (now_uid, ready, restarts) = pod_health(&the_pod().await?);
