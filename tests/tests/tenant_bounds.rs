@@ -1,0 +1,458 @@
+//! One tenant cannot fill an operator's memory or its work queue: the four operators,
+//! deployed from their images with their real limits on the real node (watching the
+//! tenants' namespaces only, so that other tests' namespaces stay their own), while tenant `a`
+//! (only the built-in `edit` role in its namespaces) fills them with large objects and
+//! bursts, and tenant `b` creates one object of each kind, once with nobody else at work
+//! and once right after `a`'s burst.
+//!
+//! Tenant `a`:
+//! - big objects of every kind: [`BIG`] of each, about 1.2 MB each (9,000 labels); parsed
+//!   whole (a map of 9,000 labels takes about 2.5 times its text), a cache keeping them
+//!   would hold about 90 MiB of each;
+//! - objects labelled as each operator's children that no operator controls, about 1 MB
+//!   each: Deployments (a 1 MB environment variable), Services and pods (1 MB of labels);
+//! - then a burst on the simulated nodes: [`BURST_PODSETS`] PodSets of [`BURST_REPLICAS`]
+//!   pods and [`BURST_MEMCACHEDS`] Memcacheds of 3.
+//!
+//! Asserted: no operator container restarts; each operator's peak memory (its memory
+//! cgroup's) stays at most [`PEAK_LIMIT`]; `b`'s objects are all reconciled (children
+//! written, status for their generation) under the burst within twice their quiet time
+//! plus a second. Their time to Ready is reported too: it also waits for the cluster's
+//! scheduler and kubelets, which all tenants share and no operator orders. The figures go to
+//! `target/e2e/tenant-bounds.json` and are printed.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use e2e::deployed::{Deployed, NO_REAL_NODE, container_peak_memory, has_real_node, restarts};
+use e2e::kinds::{
+    OPERATORS, free_node_port, lolcow_ready, memcached_ready, podset_ready, pulsar_consumer_ready,
+};
+use e2e::{TestNamespace, kubeconfig_path, target_dir};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Resource, ResourceExt};
+use lolcow_operator::api::Lolcow;
+use memcached_operator::api::Memcached;
+use podset_operator::api::PodSet;
+use pulsar_consumer_operator::api::PulsarConsumer;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+/// Big objects of each kind, and labelled strangers of each child kind.
+const BIG: usize = 30;
+/// Labels on a big object (about 133 bytes each: about 1.2 MB).
+const BIG_LABELS: usize = 9_000;
+/// Labels on a labelled stranger (about 1 MB).
+const STRANGER_LABELS: usize = 7_500;
+/// The burst.
+const BURST_PODSETS: usize = 100;
+const BURST_REPLICAS: i64 = 50;
+const BURST_MEMCACHEDS: usize = 300;
+/// Each operator's peak memory under the whole attack, at most.
+const PEAK_LIMIT: u64 = 32 * 1024 * 1024;
+/// How long any one wait may take.
+const DEADLINE: Duration = Duration::from_secs(600);
+
+/// A client that acts as `user`, bound to the built-in `edit` role in `ns` only.
+async fn tenant(admin: &Client, ns: &TestNamespace, user: &str) -> Result<Client> {
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": format!("edit-{user}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))?;
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns.name)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()?)?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
+    Ok(Client::try_from(config)?)
+}
+
+/// `n` labels of about 133 bytes each.
+fn labels(n: usize, extra: &[(&str, &str)]) -> Map<String, Value> {
+    let mut labels: Map<String, Value> = (0..n)
+        .map(|i| {
+            (
+                format!("tenant-a.example.com/label-{i:05}-{}", "k".repeat(40)),
+                Value::String("v".repeat(63)),
+            )
+        })
+        .collect();
+    for (k, v) in extra {
+        labels.insert((*k).to_owned(), json!(v));
+    }
+    labels
+}
+
+/// `manifest` with [`BIG_LABELS`] labels.
+fn big(mut manifest: Value) -> Value {
+    manifest["metadata"]["labels"] = Value::Object(labels(BIG_LABELS, &[]));
+    manifest
+}
+
+async fn create<K>(client: &Client, ns: &str, manifest: Value) -> Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + serde::Serialize,
+{
+    let obj: K = serde_json::from_value(manifest)?;
+    let name = obj.name_any();
+    Api::<K>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("creating {} {ns}/{name}", K::kind(&())))?;
+    Ok(())
+}
+
+/// Polls `ns` until `ready` holds for the `K` named `name`; returns how long it took.
+async fn ready_after<K>(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    ready: fn(&K) -> bool,
+    since: Instant,
+) -> Result<f64>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(admin.clone(), ns);
+    e2e::wait_for_within(&api, name, DEADLINE, move |o: Option<&K>| {
+        o.is_some_and(ready)
+    })
+    .await?;
+    Ok(since.elapsed().as_secs_f64())
+}
+
+/// Whether the operator has reconciled the object's current generation: its status says so
+/// (written at the end of a reconcile, after the children).
+fn reconciled<K: Resource>(observed: Option<i64>, obj: &K) -> bool {
+    observed.is_some() && observed == obj.meta().generation
+}
+
+/// When tenant `b`'s objects were reconciled (children written, status for their
+/// generation) and Ready, in seconds after the first create.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+struct Times {
+    reconciled: BTreeMap<&'static str, f64>,
+    ready: BTreeMap<&'static str, f64>,
+}
+
+impl Times {
+    fn all_reconciled(&self) -> f64 {
+        self.reconciled.values().copied().fold(0.0, f64::max)
+    }
+    fn all_ready(&self) -> f64 {
+        self.ready.values().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Tenant `b` creates one object of each kind in `ns`.
+async fn one_of_each(admin: &Client, ns: &TestNamespace) -> Result<Times> {
+    let b = tenant(admin, ns, "e2e-tenant-b").await?;
+    let n = &ns.name;
+    let port = free_node_port(ns, "tenant-b", &[]).await?;
+    let started = Instant::now();
+    create::<PodSet>(&b, n, e2e::kinds::podset("ps", 1)).await?;
+    create::<Memcached>(&b, n, e2e::kinds::memcached("mc", 1)).await?;
+    create::<Lolcow>(&b, n, e2e::kinds::lolcow("cow", port, "Hello from b")).await?;
+    create::<PulsarConsumer>(&b, n, e2e::kinds::pulsar_consumer("pc", 1)).await?;
+    let (ps, mc, cow, pc) = tokio::try_join!(
+        ready_after::<PodSet>(
+            admin,
+            n,
+            "ps",
+            |o| reconciled(o.status.as_ref().and_then(|s| s.observed_generation), o),
+            started
+        ),
+        ready_after::<Memcached>(
+            admin,
+            n,
+            "mc",
+            |o| reconciled(o.status.as_ref().and_then(|s| s.observed_generation), o),
+            started
+        ),
+        ready_after::<Lolcow>(
+            admin,
+            n,
+            "cow",
+            |o| reconciled(o.status.as_ref().and_then(|s| s.observed_generation), o),
+            started
+        ),
+        ready_after::<PulsarConsumer>(
+            admin,
+            n,
+            "pc",
+            |o| reconciled(o.status.as_ref().and_then(|s| s.observed_generation), o),
+            started
+        ),
+    )?;
+    let reconciled = BTreeMap::from([
+        ("PodSet", ps),
+        ("Memcached", mc),
+        ("Lolcow", cow),
+        ("PulsarConsumer", pc),
+    ]);
+    let (ps, mc, cow, pc) = tokio::try_join!(
+        ready_after::<PodSet>(admin, n, "ps", podset_ready, started),
+        ready_after::<Memcached>(admin, n, "mc", memcached_ready, started),
+        ready_after::<Lolcow>(admin, n, "cow", lolcow_ready, started),
+        ready_after::<PulsarConsumer>(admin, n, "pc", pulsar_consumer_ready, started),
+    )?;
+    let ready = BTreeMap::from([
+        ("PodSet", ps),
+        ("Memcached", mc),
+        ("Lolcow", cow),
+        ("PulsarConsumer", pc),
+    ]);
+    Ok(Times { reconciled, ready })
+}
+
+/// Tenant `a`'s big objects and labelled strangers, in `ns`.
+async fn fill(admin: &Client, ns: &TestNamespace) -> Result<()> {
+    let a = tenant(admin, ns, "e2e-tenant-a").await?;
+    let n = &ns.name;
+    let mut ports = Vec::new();
+    for i in 0..BIG {
+        ports.push(free_node_port(ns, &format!("big-{i}"), &ports).await?);
+    }
+    let mut creates: Vec<futures::future::BoxFuture<'_, Result<()>>> = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let name = format!("big-{i}");
+        creates.push(Box::pin(create::<PodSet>(
+            &a,
+            n,
+            big(e2e::kinds::podset(&name, 0)),
+        )));
+        creates.push(Box::pin(create::<Memcached>(
+            &a,
+            n,
+            big(e2e::kinds::memcached(&name, 0)),
+        )));
+        creates.push(Box::pin(create::<PulsarConsumer>(
+            &a,
+            n,
+            big(e2e::kinds::pulsar_consumer(&name, 0)),
+        )));
+        creates.push(Box::pin(create::<Lolcow>(
+            &a,
+            n,
+            big(e2e::kinds::lolcow(&name, *port, "moo")),
+        )));
+    }
+    for operator in OPERATORS {
+        for i in 0..BIG {
+            creates.push(Box::pin(stranger(&a, n, operator, i)));
+        }
+    }
+    // A few at a time: each is about a megabyte for the API server to decode and store.
+    futures::stream::iter(creates)
+        .buffer_unordered(4)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// An object labelled as `operator`'s child that no operator controls, about 1 MB: a pod
+/// (1 MB of labels) for the PodSet operator, else a Deployment (a 1 MB environment
+/// variable) and a Service (1 MB of labels).
+async fn stranger(a: &Client, n: &str, operator: &'static str, i: usize) -> Result<()> {
+    let managed = [("app.kubernetes.io/managed-by", operator)];
+    let name = format!("{operator}-stranger-{i}");
+    if operator == "podset-operator" {
+        return create::<Pod>(
+            a,
+            n,
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": labels(STRANGER_LABELS, &managed)},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+            }),
+        )
+        .await;
+    }
+    create::<Deployment>(
+        a,
+        n,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": operator}},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox",
+                        "env": [{"name": "PAYLOAD", "value": "x".repeat(1_000_000)}]}]}
+                }
+            }
+        }),
+    )
+    .await?;
+    create::<Service>(
+        a,
+        n,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "labels": labels(STRANGER_LABELS, &managed)},
+            "spec": {"ports": [{"port": 80}]}
+        }),
+    )
+    .await
+}
+
+/// Tenant `a`'s burst, in `ns`: started, not waited for.
+async fn burst(admin: &Client, ns: &TestNamespace) -> Result<()> {
+    let a = tenant(admin, ns, "e2e-tenant-a").await?;
+    let n = &ns.name;
+    for i in 0..BURST_PODSETS {
+        create::<PodSet>(
+            &a,
+            n,
+            e2e::kinds::podset(&format!("burst-{i}"), BURST_REPLICAS),
+        )
+        .await?;
+    }
+    for i in 0..BURST_MEMCACHEDS {
+        create::<Memcached>(&a, n, e2e::kinds::memcached(&format!("burst-{i}"), 3)).await?;
+    }
+    Ok(())
+}
+
+/// Waits until every PodSet of the burst reports all its pods ready.
+async fn burst_done(admin: &Client, ns: &str) -> Result<f64> {
+    let started = Instant::now();
+    let api: Api<PodSet> = Api::namespaced(admin.clone(), ns);
+    loop {
+        let ready = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|ps| podset_ready(ps))
+            .count();
+        if ready == BURST_PODSETS {
+            return Ok(started.elapsed().as_secs_f64());
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "the burst's PodSets: {ready} of {BURST_PODSETS} ready after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The one running pod of each deployed operator.
+async fn operator_pods(
+    admin: &Client,
+    deployed: &[Deployed],
+) -> Result<BTreeMap<&'static str, Pod>> {
+    let mut pods = BTreeMap::new();
+    for d in deployed {
+        let mut found = d.pods(admin).await?;
+        ensure!(!found.is_empty(), "no pod of {}", d.operator);
+        pods.insert(d.operator, found.remove(0));
+    }
+    Ok(pods)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_a_tenant_cannot_fill_an_operators_memory_or_its_queue() -> Result<()> {
+    let admin = e2e::admin_client().await?;
+    if !has_real_node(&admin).await? {
+        return e2e::skip(
+            "slow_a_tenant_cannot_fill_an_operators_memory_or_its_queue",
+            NO_REAL_NODE,
+        );
+    }
+    // The tenants' namespaces first: the operators are installed watching only them.
+    let quiet_ns = TestNamespace::new("tenant-b-quiet").await?;
+    let big_ns = TestNamespace::new("tenant-a-big").await?;
+    let burst_ns = TestNamespace::new("tenant-a-burst").await?;
+    let busy_ns = TestNamespace::new("tenant-b-busy").await?;
+    let watched = [&quiet_ns, &big_ns, &burst_ns, &busy_ns].map(|ns| ns.name.as_str());
+    let mut deployed = Vec::new();
+    for operator in OPERATORS {
+        deployed.push(Deployed::watching(operator, &watched)?);
+    }
+    let before = operator_pods(&admin, &deployed).await?;
+
+    let quiet = one_of_each(&admin, &quiet_ns).await?;
+    eprintln!("tenant b, quiet: {quiet:?}");
+
+    let filling = Instant::now();
+    fill(&admin, &big_ns).await?;
+    eprintln!(
+        "tenant a's big objects and strangers created in {:.1} s",
+        filling.elapsed().as_secs_f64()
+    );
+
+    burst(&admin, &burst_ns).await?;
+    let busy = one_of_each(&admin, &busy_ns).await?;
+    eprintln!("tenant b, under the burst: {busy:?}");
+    let burst_rest = burst_done(&admin, &burst_ns.name).await?;
+    eprintln!("the burst's PodSets all Ready {burst_rest:.1} s after b's objects were");
+
+    let after = operator_pods(&admin, &deployed).await?;
+    let mut peaks = BTreeMap::new();
+    for (operator, pod) in &after {
+        let was = &before[operator];
+        ensure!(
+            pod.uid() == was.uid() && restarts(pod) == 0,
+            "{operator} restarted under the attack ({} restarts)",
+            restarts(pod)
+        );
+        let peak = container_peak_memory(pod)?;
+        peaks.insert(*operator, peak as f64 / 1024.0 / 1024.0);
+    }
+    let report = json!({
+        "peak_mib": peaks,
+        "b_quiet": quiet, "b_under_burst": busy,
+        "b_all_ready_s": {"quiet": quiet.all_ready(), "under_burst": busy.all_ready()},
+        "b_all_reconciled_s": {"quiet": quiet.all_reconciled(), "under_burst": busy.all_reconciled()},
+        "burst_rest_s": burst_rest,
+        "big_objects_per_kind": BIG,
+        "burst": {"podsets": BURST_PODSETS, "replicas": BURST_REPLICAS, "memcacheds": BURST_MEMCACHEDS},
+    });
+    let out = target_dir().join("e2e").join("tenant-bounds.json");
+    std::fs::create_dir_all(out.parent().context("no parent")?)?;
+    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("{}", serde_json::to_string_pretty(&report)?);
+    for (operator, peak) in &peaks {
+        ensure!(
+            *peak <= PEAK_LIMIT as f64 / 1024.0 / 1024.0,
+            "{operator} peaked at {peak:.1} MiB under the attack"
+        );
+    }
+    // The operators' part: b's objects reconciled (children written, status for their
+    // generation). Ready also waits for the cluster's scheduler and kubelets, which every
+    // tenant shares and no operator orders: under the burst, b's pods queue behind a's
+    // thousands there (b's four kinds, two of which have no burst of their own, were all
+    // Ready within a second of each other as the burst's last pods were).
+    let (quiet_s, busy_s) = (quiet.all_reconciled(), busy.all_reconciled());
+    ensure!(
+        busy_s <= 2.0 * quiet_s + 1.0,
+        "tenant b's objects were reconciled {busy_s:.2} s after creation under a's burst, against {quiet_s:.2} s quiet"
+    );
+    Ok(())
+}
