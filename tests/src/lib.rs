@@ -598,3 +598,29 @@ impl Drop for PodWatch {
         self.task.abort();
     }
 }
+
+/// A client that acts as the user `user`, bound to the built-in `edit` role in `ns` only
+/// (the RoleBinding `edit-<user>`): a tenant, as a namespace editor is one.
+pub async fn tenant_client(admin: &Client, ns: &TestNamespace, user: &str) -> Result<Client> {
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": format!("edit-{user}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }),
+    )?;
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), &ns.name)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig_path()?)?;
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
+    Ok(Client::try_from(config)?)
+}

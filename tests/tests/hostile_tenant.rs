@@ -38,12 +38,10 @@ use e2e::deployed::{
 use e2e::kinds::{
     OPERATORS, free_node_port, lolcow_ready, memcached_ready, podset_ready, pulsar_consumer_ready,
 };
-use e2e::{TestNamespace, kubeconfig_path, poll, pulsar, target_dir};
+use e2e::{TestNamespace, poll, pulsar, target_dir};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Resource, ResourceExt};
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
@@ -74,26 +72,6 @@ const ATTACKER_NICE: i32 = 10;
 const REOPEN_AFTER: Duration = Duration::from_secs(5);
 /// How long one of `b`'s steps may take, attack or not.
 const CONVERGE: Duration = Duration::from_secs(240);
-
-/// A client that acts as `user`, bound to the built-in `edit` role in `ns` only.
-async fn tenant(admin: &Client, ns: &TestNamespace, user: &str) -> Result<Client> {
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": "tenant-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }))?;
-    Api::<RoleBinding>::namespaced(admin.clone(), &ns.name)
-        .create(&PostParams::default(), &binding)
-        .await?;
-    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()?)?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    config.auth_info.impersonate = Some(user.to_owned());
-    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
-    Ok(Client::try_from(config)?)
-}
 
 async fn create<K>(client: &Client, ns: &str, manifest: Value) -> Result<K>
 where
@@ -695,13 +673,13 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
 
     // Tenant b's work with nobody attacking.
     let quiet_ns = TestNamespace::real("tenant-b-quiet").await?;
-    let b = tenant(&admin, &quiet_ns, "e2e-tenant-b").await?;
+    let b = e2e::tenant_client(&admin, &quiet_ns, "e2e-tenant-b").await?;
     let quiet = one_of_each(&b, &admin, &quiet_ns).await?;
     eprintln!("tenant b, no attack: {quiet:?}");
 
     // The page that gets attacked: another Lolcow of b's.
     let page_ns = TestNamespace::real("tenant-b-page").await?;
-    let b_page = tenant(&admin, &page_ns, "e2e-tenant-b").await?;
+    let b_page = e2e::tenant_client(&admin, &page_ns, "e2e-tenant-b").await?;
     let port = free_node_port(&page_ns, "page", &[]).await?;
     create::<Lolcow>(
         &b_page,
@@ -728,7 +706,7 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
 
     // Tenant a.
     let a_ns = TestNamespace::real("tenant-a").await?;
-    let a = tenant(&admin, &a_ns, "e2e-tenant-a").await?;
+    let a = e2e::tenant_client(&admin, &a_ns, "e2e-tenant-a").await?;
     create::<Pod>(&a, &a_ns.name, endpoint_pod()).await?;
     create::<Service>(&a, &a_ns.name, endpoint_service()).await?;
     the_pod(&admin, &a_ns.name, "app=endpoint").await?;
@@ -819,7 +797,7 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
     .await?;
 
     let attack_ns = TestNamespace::real("tenant-b-attacked").await?;
-    let b2 = tenant(&admin, &attack_ns, "e2e-tenant-b").await?;
+    let b2 = e2e::tenant_client(&admin, &attack_ns, "e2e-tenant-b").await?;
     let attacked = one_of_each(&b2, &admin, &attack_ns).await;
     stop.store(true, Ordering::Relaxed);
     let watched = dog.await?;

@@ -30,13 +30,11 @@ use e2e::deployed::{Deployed, NO_REAL_NODE, container_peak_memory, has_real_node
 use e2e::kinds::{
     OPERATORS, free_node_port, lolcow_ready, memcached_ready, podset_ready, pulsar_consumer_ready,
 };
-use e2e::{TestNamespace, kubeconfig_path, target_dir};
+use e2e::{TestNamespace, target_dir};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Resource, ResourceExt};
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
@@ -59,26 +57,6 @@ const BURST_MEMCACHEDS: usize = 300;
 const PEAK_LIMIT: u64 = 32 * 1024 * 1024;
 /// How long any one wait may take.
 const DEADLINE: Duration = Duration::from_secs(600);
-
-/// A client that acts as `user`, bound to the built-in `edit` role in `ns` only.
-async fn tenant(admin: &Client, ns: &TestNamespace, user: &str) -> Result<Client> {
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": format!("edit-{user}")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }))?;
-    Api::<RoleBinding>::namespaced(admin.clone(), &ns.name)
-        .create(&PostParams::default(), &binding)
-        .await?;
-    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()?)?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    config.auth_info.impersonate = Some(user.to_owned());
-    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
-    Ok(Client::try_from(config)?)
-}
 
 /// `n` labels of about 133 bytes each.
 fn labels(n: usize, extra: &[(&str, &str)]) -> Map<String, Value> {
@@ -169,7 +147,7 @@ impl Times {
 
 /// Tenant `b` creates one object of each kind in `ns`.
 async fn one_of_each(admin: &Client, ns: &TestNamespace) -> Result<Times> {
-    let b = tenant(admin, ns, "e2e-tenant-b").await?;
+    let b = e2e::tenant_client(admin, ns, "e2e-tenant-b").await?;
     let n = &ns.name;
     let port = free_node_port(ns, "tenant-b", &[]).await?;
     let started = Instant::now();
@@ -230,7 +208,7 @@ async fn one_of_each(admin: &Client, ns: &TestNamespace) -> Result<Times> {
 
 /// Tenant `a`'s big objects and labelled strangers, in `ns`.
 async fn fill(admin: &Client, ns: &TestNamespace) -> Result<()> {
-    let a = tenant(admin, ns, "e2e-tenant-a").await?;
+    let a = e2e::tenant_client(admin, ns, "e2e-tenant-a").await?;
     let n = &ns.name;
     let mut ports = Vec::new();
     for i in 0..BIG {
@@ -323,7 +301,7 @@ async fn stranger(a: &Client, n: &str, operator: &'static str, i: usize) -> Resu
 
 /// Tenant `a`'s burst, in `ns`: started, not waited for.
 async fn burst(admin: &Client, ns: &TestNamespace) -> Result<()> {
-    let a = tenant(admin, ns, "e2e-tenant-a").await?;
+    let a = e2e::tenant_client(admin, ns, "e2e-tenant-a").await?;
     let n = &ns.name;
     for i in 0..BURST_PODSETS {
         create::<PodSet>(
