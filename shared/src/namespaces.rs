@@ -171,7 +171,7 @@ impl ScopeStatus {
 /// Readiness of the whole process from its scopes: ready once every scope whose watches
 /// work has synced and at least one has (a namespace whose watches fail, e.g. its
 /// RoleBinding is gone, does not hold the others back); the detail names each scope
-/// that fails or has not synced yet, for the `/readyz` body.
+/// that fails or has not synced yet, for the runner's log (`/readyz` says only ready or not).
 #[must_use]
 pub fn readiness(scopes: &[ScopeStatus]) -> (bool, String) {
     let ready = scopes.iter().any(ScopeStatus::synced)

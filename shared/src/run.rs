@@ -361,7 +361,6 @@ async fn report_readiness(
             if !detail.is_empty() {
                 tracing::info!(%detail, ready = is_ready, "watch status");
             }
-            ready.set_detail(detail.clone());
             ready.set(is_ready);
             was = (is_ready, detail);
         }

@@ -117,7 +117,7 @@ pub(crate) fn project(value: &Value, fields: &Value) -> Value {
 }
 
 /// At most this many bytes (as JSON) of a scalar field of a child's `spec` that our field
-/// manager does not own are kept beside the projection ([`keep_small_scalars`]).
+/// manager does not own are kept beside the projection (top-level scalars only).
 pub const MAX_KEPT_SCALAR: usize = 256;
 
 /// Adds to `kept` (a projection of `spec`) the top-level scalar fields of `spec` it lacks,
