@@ -420,8 +420,27 @@ where
     K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Serialize,
     K::DynamicType: Default,
 {
+    create_as(&ns.client, &ns.name, manifest).await
+}
+
+/// Creates the object `manifest` (JSON) in namespace `ns` as a `K`, with `client` (a
+/// tenant's, say); the error names the kind and the object.
+pub async fn create_as<K>(client: &Client, ns: &str, manifest: Value) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Serialize,
+    K::DynamicType: Default,
+{
     let obj: K = serde_json::from_value(manifest)?;
-    Ok(ns.api::<K>().create(&PostParams::default(), &obj).await?)
+    let name = obj.name_any();
+    Api::<K>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| {
+            format!(
+                "creating {} {ns}/{name}",
+                K::kind(&K::DynamicType::default())
+            )
+        })
 }
 
 /// The controller owner reference of `obj`, if it has one.

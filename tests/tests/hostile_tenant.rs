@@ -73,22 +73,6 @@ const REOPEN_AFTER: Duration = Duration::from_secs(5);
 /// How long one of `b`'s steps may take, attack or not.
 const CONVERGE: Duration = Duration::from_secs(240);
 
-async fn create<K>(client: &Client, ns: &str, manifest: Value) -> Result<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + serde::Serialize,
-{
-    let obj: K = serde_json::from_value(manifest)?;
-    let name = obj.name_any();
-    Api::<K>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &obj)
-        .await
-        .with_context(|| format!("creating {} {ns}/{name}", K::kind(&())))
-}
-
 async fn wait_until<K>(client: &Client, ns: &str, name: &str, ready: fn(&K) -> bool) -> Result<()>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -136,10 +120,10 @@ async fn one_of_each(b: &Client, admin: &Client, ns: &TestNamespace) -> Result<C
     pc["spec"]["serverAddress"] = json!("pulsar://pulsar-broker.pulsar.svc:6650");
     pc["spec"]["topic"] = json!(pulsar::unique_topic("tenant-b"));
     let started = Instant::now();
-    create::<PodSet>(b, n, e2e::kinds::podset("ps", 1)).await?;
-    create::<Memcached>(b, n, e2e::kinds::memcached("mc", 1)).await?;
-    create::<Lolcow>(b, n, e2e::kinds::lolcow("cow", port, "Hello from b")).await?;
-    create::<PulsarConsumer>(b, n, pc).await?;
+    e2e::create_as::<PodSet>(b, n, e2e::kinds::podset("ps", 1)).await?;
+    e2e::create_as::<Memcached>(b, n, e2e::kinds::memcached("mc", 1)).await?;
+    e2e::create_as::<Lolcow>(b, n, e2e::kinds::lolcow("cow", port, "Hello from b")).await?;
+    e2e::create_as::<PulsarConsumer>(b, n, pc).await?;
     let create_by_kind = all_ready(admin, n, started).await?;
     let create = started.elapsed();
 
@@ -498,7 +482,7 @@ async fn hold(
 /// Tenant `a`'s stray-pod churn: pods labelled as the PodSet operator's, controlled by a
 /// ConfigMap, unlabelled (they leave the operator's watch as a stray would) and deleted.
 async fn stray_churn(a: Client, ns: String, stop: Arc<AtomicBool>) -> Result<usize> {
-    let decoy: ConfigMap = create(
+    let decoy: ConfigMap = e2e::create_as(
         &a,
         &ns,
         json!({
@@ -681,7 +665,7 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
     let page_ns = TestNamespace::real("tenant-b-page").await?;
     let b_page = e2e::tenant_client(&admin, &page_ns, "e2e-tenant-b").await?;
     let port = free_node_port(&page_ns, "page", &[]).await?;
-    create::<Lolcow>(
+    e2e::create_as::<Lolcow>(
         &b_page,
         &page_ns.name,
         e2e::kinds::lolcow("page", port, "Still here"),
@@ -707,22 +691,22 @@ async fn a_hostile_tenant_cannot_hurt_another() -> Result<()> {
     // Tenant a.
     let a_ns = TestNamespace::real("tenant-a").await?;
     let a = e2e::tenant_client(&admin, &a_ns, "e2e-tenant-a").await?;
-    create::<Pod>(&a, &a_ns.name, endpoint_pod()).await?;
-    create::<Service>(&a, &a_ns.name, endpoint_service()).await?;
+    e2e::create_as::<Pod>(&a, &a_ns.name, endpoint_pod()).await?;
+    e2e::create_as::<Service>(&a, &a_ns.name, endpoint_service()).await?;
     the_pod(&admin, &a_ns.name, "app=endpoint").await?;
     let endpoint = format!("endpoint.{}.svc", a_ns.name);
     let http = format!("http://{endpoint}:8080");
     let pcs = Api::<PulsarConsumer>::namespaced(a.clone(), &a_ns.name);
-    create::<PulsarConsumer>(&a, &a_ns.name, polled("flood", "flood", &http, 300)).await?;
-    create::<PulsarConsumer>(&a, &a_ns.name, polled("text", "text", &http, 300)).await?;
-    create::<PulsarConsumer>(
+    e2e::create_as::<PulsarConsumer>(&a, &a_ns.name, polled("flood", "flood", &http, 300)).await?;
+    e2e::create_as::<PulsarConsumer>(&a, &a_ns.name, polled("text", "text", &http, 300)).await?;
+    e2e::create_as::<PulsarConsumer>(
         &a,
         &a_ns.name,
         polled("error", "error", &format!("http://{endpoint}:8081"), 300),
     )
     .await?;
     for i in 0..WINDOWS {
-        create::<PulsarConsumer>(
+        e2e::create_as::<PulsarConsumer>(
             &a,
             &a_ns.name,
             polled(&format!("window-{i}"), &format!("window-{i}"), &http, 3600),

@@ -31,10 +31,10 @@ use e2e::kinds::{
     OPERATORS, free_node_port, lolcow_ready, memcached_ready, podset_ready, pulsar_consumer_ready,
 };
 use e2e::{TestNamespace, target_dir};
-use futures::{StreamExt, TryStreamExt};
+use futures::{StreamExt, TryFutureExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 use lolcow_operator::api::Lolcow;
 use memcached_operator::api::Memcached;
@@ -78,23 +78,6 @@ fn labels(n: usize, extra: &[(&str, &str)]) -> Map<String, Value> {
 fn big(mut manifest: Value) -> Value {
     manifest["metadata"]["labels"] = Value::Object(labels(BIG_LABELS, &[]));
     manifest
-}
-
-async fn create<K>(client: &Client, ns: &str, manifest: Value) -> Result<()>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + serde::Serialize,
-{
-    let obj: K = serde_json::from_value(manifest)?;
-    let name = obj.name_any();
-    Api::<K>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &obj)
-        .await
-        .with_context(|| format!("creating {} {ns}/{name}", K::kind(&())))?;
-    Ok(())
 }
 
 /// Polls `ns` until `ready` holds for the `K` named `name`; returns how long it took.
@@ -151,10 +134,10 @@ async fn one_of_each(admin: &Client, ns: &TestNamespace) -> Result<Times> {
     let n = &ns.name;
     let port = free_node_port(ns, "tenant-b", &[]).await?;
     let started = Instant::now();
-    create::<PodSet>(&b, n, e2e::kinds::podset("ps", 1)).await?;
-    create::<Memcached>(&b, n, e2e::kinds::memcached("mc", 1)).await?;
-    create::<Lolcow>(&b, n, e2e::kinds::lolcow("cow", port, "Hello from b")).await?;
-    create::<PulsarConsumer>(&b, n, e2e::kinds::pulsar_consumer("pc", 1)).await?;
+    e2e::create_as::<PodSet>(&b, n, e2e::kinds::podset("ps", 1)).await?;
+    e2e::create_as::<Memcached>(&b, n, e2e::kinds::memcached("mc", 1)).await?;
+    e2e::create_as::<Lolcow>(&b, n, e2e::kinds::lolcow("cow", port, "Hello from b")).await?;
+    e2e::create_as::<PulsarConsumer>(&b, n, e2e::kinds::pulsar_consumer("pc", 1)).await?;
     let (ps, mc, cow, pc) = tokio::try_join!(
         ready_after::<PodSet>(
             admin,
@@ -217,26 +200,20 @@ async fn fill(admin: &Client, ns: &TestNamespace) -> Result<()> {
     let mut creates: Vec<futures::future::BoxFuture<'_, Result<()>>> = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         let name = format!("big-{i}");
-        creates.push(Box::pin(create::<PodSet>(
-            &a,
-            n,
-            big(e2e::kinds::podset(&name, 0)),
-        )));
-        creates.push(Box::pin(create::<Memcached>(
-            &a,
-            n,
-            big(e2e::kinds::memcached(&name, 0)),
-        )));
-        creates.push(Box::pin(create::<PulsarConsumer>(
-            &a,
-            n,
-            big(e2e::kinds::pulsar_consumer(&name, 0)),
-        )));
-        creates.push(Box::pin(create::<Lolcow>(
-            &a,
-            n,
-            big(e2e::kinds::lolcow(&name, *port, "moo")),
-        )));
+        creates.push(Box::pin(
+            e2e::create_as::<PodSet>(&a, n, big(e2e::kinds::podset(&name, 0))).map_ok(drop),
+        ));
+        creates.push(Box::pin(
+            e2e::create_as::<Memcached>(&a, n, big(e2e::kinds::memcached(&name, 0))).map_ok(drop),
+        ));
+        creates.push(Box::pin(
+            e2e::create_as::<PulsarConsumer>(&a, n, big(e2e::kinds::pulsar_consumer(&name, 0)))
+                .map_ok(drop),
+        ));
+        creates.push(Box::pin(
+            e2e::create_as::<Lolcow>(&a, n, big(e2e::kinds::lolcow(&name, *port, "moo")))
+                .map_ok(drop),
+        ));
     }
     for operator in OPERATORS {
         for i in 0..BIG {
@@ -258,7 +235,7 @@ async fn stranger(a: &Client, n: &str, operator: &'static str, i: usize) -> Resu
     let managed = [("app.kubernetes.io/managed-by", operator)];
     let name = format!("{operator}-stranger-{i}");
     if operator == "podset-operator" {
-        return create::<Pod>(
+        return e2e::create_as::<Pod>(
             a,
             n,
             json!({
@@ -267,9 +244,10 @@ async fn stranger(a: &Client, n: &str, operator: &'static str, i: usize) -> Resu
                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}
             }),
         )
-        .await;
+        .await
+        .map(drop);
     }
-    create::<Deployment>(
+    e2e::create_as::<Deployment>(
         a,
         n,
         json!({
@@ -287,7 +265,7 @@ async fn stranger(a: &Client, n: &str, operator: &'static str, i: usize) -> Resu
         }),
     )
     .await?;
-    create::<Service>(
+    e2e::create_as::<Service>(
         a,
         n,
         json!({
@@ -297,6 +275,7 @@ async fn stranger(a: &Client, n: &str, operator: &'static str, i: usize) -> Resu
         }),
     )
     .await
+    .map(drop)
 }
 
 /// Tenant `a`'s burst, in `ns`: started, not waited for.
@@ -304,7 +283,7 @@ async fn burst(admin: &Client, ns: &TestNamespace) -> Result<()> {
     let a = e2e::tenant_client(admin, ns, "e2e-tenant-a").await?;
     let n = &ns.name;
     for i in 0..BURST_PODSETS {
-        create::<PodSet>(
+        e2e::create_as::<PodSet>(
             &a,
             n,
             e2e::kinds::podset(&format!("burst-{i}"), BURST_REPLICAS),
@@ -312,7 +291,7 @@ async fn burst(admin: &Client, ns: &TestNamespace) -> Result<()> {
         .await?;
     }
     for i in 0..BURST_MEMCACHEDS {
-        create::<Memcached>(&a, n, e2e::kinds::memcached(&format!("burst-{i}"), 3)).await?;
+        e2e::create_as::<Memcached>(&a, n, e2e::kinds::memcached(&format!("burst-{i}"), 3)).await?;
     }
     Ok(())
 }
