@@ -254,7 +254,7 @@ impl Scope {
     /// that loses its controller leaves the cache. The cache of `P` itself keeps no
     /// labels, annotations or owner references (no reconcile reads them).
     #[must_use]
-    pub fn with_owner<P: Resource<DynamicType = ()>>(mut self) -> Self {
+    pub(crate) fn with_owner<P: Resource<DynamicType = ()>>(mut self) -> Self {
         self.owner = Some((P::api_version(&()).into_owned(), P::kind(&()).into_owned()));
         self
     }
@@ -564,7 +564,7 @@ impl Scope {
 /// At most this many objects per page of a list, when the API server does not serve
 /// streaming lists: etcd stores objects of up to 1.5 MiB, and a page is held and parsed
 /// whole, so a page of the largest objects stays within about 15 MiB of text.
-pub const LIST_PAGE_SIZE: u32 = 10;
+const LIST_PAGE_SIZE: u32 = 10;
 
 /// What every cache drops of every object: `managedFields`; of a primary object its
 /// labels, annotations and owner references (no reconcile reads them, and a tenant sets
