@@ -633,6 +633,22 @@ pub async fn tenant_client(admin: &Client, ns: &TestNamespace, user: &str) -> Re
     Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), &ns.name)
         .create(&PostParams::default(), &binding)
         .await?;
+    // `edit` reaches the four kinds through the installs' aggregated ClusterRoles, which the
+    // controller manager folds in a moment after an operator is (re)deployed.
+    let resources = xtask::operators::all_resources();
+    poll(
+        &format!("{user} may create every kind in {}", ns.name),
+        Duration::from_secs(60),
+        || async {
+            for resource in resources.split(',') {
+                if !can_i(user, &["create", resource, "-n", &ns.name])? {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
     let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig_path()?)?;
     let mut config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
