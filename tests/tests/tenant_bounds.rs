@@ -351,6 +351,13 @@ async fn slow_a_tenant_cannot_fill_an_operators_memory_or_its_queue() -> Result<
     let mut deployed = Vec::new();
     for operator in OPERATORS {
         deployed.push(Deployed::watching(operator, &watched)?);
+        // A namespace-scoped install leaves the rights of people to the cluster's admin:
+        // the roles aggregated into `edit` are applied as such an admin would.
+        let user_rbac = e2e::repo_root()
+            .join("deploy")
+            .join(operator)
+            .join("user-rbac");
+        e2e::kubectl_ok(["apply", "--server-side", "-k", &user_rbac.to_string_lossy()])?;
     }
     let before = operator_pods(&admin, &deployed).await?;
 
