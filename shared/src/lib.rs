@@ -27,6 +27,7 @@
 
 pub mod apply;
 mod backoff;
+pub mod children;
 mod cli;
 mod client;
 pub mod conditions;

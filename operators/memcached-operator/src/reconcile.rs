@@ -3,15 +3,12 @@
 //! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
 //! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop.
 
-use std::{fmt::Debug, sync::Arc};
+use std::sync::Arc;
 
-use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::Service, networking::v1::NetworkPolicy},
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
-};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service, networking::v1::NetworkPolicy};
 use kube::{
-    Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
     runtime::{
         Controller,
         controller::Action,
@@ -20,14 +17,12 @@ use kube::{
         watcher,
     },
 };
-use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     Progress, Scope, Toolkit,
-    apply::{namespace_terminating, owner_reference},
+    children::Children,
     conditions,
     events::Announce,
     namespaces::{ScopedIndex, ScopedStores},
-    ownership::{Claim, claim, leftover_gone, leftover_recheck},
     slim::{Slim, SlimPod},
 };
 
@@ -252,185 +247,45 @@ fn finalizer_patch(version: Option<String>, none: bool) -> json_patch::Patch {
     serde_json::from_value(serde_json::Value::Array(ops)).unwrap_or_default()
 }
 
-/// What writing one child came to.
-enum Child<K> {
-    /// In sync (written if needed): the object as last seen, if any.
-    Written(Option<K>),
-    /// The cached version was already found to hold the same desired object, by an
-    /// earlier reconcile: nothing parsed, compared or written.
-    Holds(Arc<Slim<K>>),
-    /// Cannot be written: why.
-    Problem(Problem),
-    /// The namespace is being deleted: nothing to do.
-    NamespaceTerminating,
-    /// The child of an earlier Memcached of the same name is still there.
-    Leftover,
-}
-
-/// Server-side applies `desired` unless the cache shows it in sync. An object of that name
-/// that this Memcached does not control is never taken over (`shared::ownership`).
-///
-/// A cached version found ours and in sync is marked with the desired object's
-/// fingerprint ([`Slim::holds`]): most reconciles of a converging Memcached want the same
-/// children again (its pods moved on, not its spec), and skip the parse and comparison.
-///
-/// A child whose kind has a `scale` subresource (`scalable`: the Deployment) and of which
-/// only `spec.replicas` changes (a `kubectl scale`, an autoscaler) gets the count applied
-/// to that subresource, a smaller write than the whole object
-/// ([`shared::apply::apply_scalable`]).
-async fn write_child<K>(
-    api: &Api<K>,
-    manager: &str,
-    desired: &K,
-    cached: Option<Arc<Slim<K>>>,
-    owner: &OwnerReference,
-    scalable: bool,
-) -> Result<Child<K>, Error>
-where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
-{
-    let name = desired.name_any();
-    let fingerprint = shared::slim::fingerprint(desired)?;
-    let slim = match cached {
-        Some(slim) if slim.holds(fingerprint) => return Ok(Child::Holds(slim)),
-        other => other,
-    };
-    let cached = slim.as_ref().map(|c| c.full()).transpose()?.map(Arc::new);
-    let cached = match claim(api, &name, cached, owner).await? {
-        Claim::Free => None,
-        Claim::Ours(existing) => Some(existing),
-        Claim::Leftover => {
-            // Left by a deleted Memcached of the same name; garbage collection removes it
-            // and its deletion triggers a reconcile.
-            let kind = K::kind(&());
-            tracing::info!(%kind, child = %name, "waiting for the child of an earlier Memcached to go");
-            return Ok(Child::Leftover);
-        }
-        Claim::Conflict(conflict) => {
-            return Ok(Child::Problem(Problem::NameConflict(conflict.message())));
-        }
-    };
-    // The cached object after a scale stands for the written one: for the status, a
-    // Deployment whose controller has not seen the new count yet, as the written one is.
-    let written = if scalable {
-        shared::apply::apply_scalable(api, manager, desired, cached.as_ref()).await
-    } else {
-        shared::apply::apply(api, manager, desired, cached.as_ref()).await
-    };
-    match written {
-        Ok(Some(applied)) => Ok(Child::Written(Some(applied))),
-        Ok(None) => {
-            if let Some(slim) = &slim {
-                slim.found_holding(fingerprint);
-            }
-            Ok(Child::Written(cached))
-        }
-        Err(shared::Error::Kube(e)) if namespace_terminating(&e) => Ok(Child::NamespaceTerminating),
-        Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
-            Ok(Child::Problem(Problem::ApplyFailed(s.message)))
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The reconcile proper, with the finalizer in place.
+/// The reconcile proper, with the finalizer in place: the desired children written
+/// (`shared::children`), the NetworkPolicy made earlier deleted once `spec.networkPolicy`
+/// no longer asks for one, then the status.
 async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     let (Some(ns), Some(_)) = (mc.namespace(), mc.uid()) else {
         return Ok(Action::await_change());
     };
     let name = mc.name_any();
-    let client = ctx.toolkit.client.clone();
-    let manager = ctx.toolkit.operator.name;
-    let owner = owner_reference(mc)?;
-    let mut problem = None;
-    let mut leftover = false;
-
-    let cached = ctx.deployments.find(&ns, &name);
-    let desired_deployment = desired::desired_deployment(mc, owner.clone(), &ctx.image);
-    let deployment = match write_child(
-        &Api::namespaced(client.clone(), &ns),
-        manager,
-        &desired_deployment,
-        cached,
-        &owner,
-        true,
-    )
-    .await?
-    {
-        Child::Written(d) => d,
-        Child::Holds(d) => Some(d.full()?),
-        Child::Leftover => {
-            leftover = true;
-            None
-        }
-        Child::Problem(p) => {
-            problem = Some(p);
-            None
-        }
-        Child::NamespaceTerminating => return Ok(Action::await_change()),
-    };
-
-    let cached = ctx.services.find(&ns, &name);
-    let desired_service = desired::desired_service(mc, owner.clone());
-    // What the status is told of the Service: only its own makes the Memcached Ready.
-    let cached_service = cached.clone();
-    let service = match write_child(
-        &Api::namespaced(client.clone(), &ns),
-        manager,
-        &desired_service,
-        cached,
-        &owner,
-        false,
-    )
-    .await?
-    {
-        Child::Written(s) => status::service_state(mc, s.as_ref()),
-        Child::Holds(s) => status::service_state(mc, Some(s.as_ref())),
-        Child::Leftover => {
-            leftover = true;
-            ServiceState::NotOwned
-        }
-        Child::Problem(p) => {
-            let state = match &p {
-                Problem::NameConflict(_) => ServiceState::NotOwned,
-                _ => status::service_state(mc, cached_service.as_deref()),
-            };
-            problem.get_or_insert(p);
-            state
-        }
-        Child::NamespaceTerminating => return Ok(Action::await_change()),
-    };
-
-    // The NetworkPolicy when `spec.networkPolicy` asks for one; else the one made earlier goes.
-    let cached = ctx.network_policies.find(&ns, &name);
-    if let Some(desired_policy) = desired::desired_network_policy(mc, owner.clone()) {
-        match write_child(
-            &Api::namespaced(client.clone(), &ns),
-            manager,
-            &desired_policy,
-            cached,
-            &owner,
-            false,
-        )
-        .await?
-        {
-            Child::Written(_) | Child::Holds(_) => {}
-            Child::Leftover => leftover = true,
-            Child::Problem(p) => {
-                problem.get_or_insert(p);
-            }
-            Child::NamespaceTerminating => return Ok(Action::await_change()),
-        }
-    } else if let Some(ours) =
-        cached.filter(|c| shared::apply::is_controlled_by(c.as_ref(), &owner.uid))
-    {
-        delete_exactly(
-            &Api::<NetworkPolicy>::namespaced(client.clone(), &ns),
-            ours.as_ref(),
-        )
+    let mut children = Children::new(&ctx.toolkit.client, ctx.toolkit.operator.name, mc)?;
+    let owner = children.owner();
+    let deployment = desired::desired_deployment(mc, owner.clone(), &ctx.image);
+    let deployment = children
+        .apply_scalable(&deployment, ctx.deployments.find(&ns, &name))
         .await?;
+    let service = desired::desired_service(mc, owner.clone());
+    let service = children
+        .apply(&service, ctx.services.find(&ns, &name))
+        .await?;
+    let policies = ctx.network_policies.find(&ns, &name);
+    if let Some(policy) = desired::desired_network_policy(mc, owner) {
+        children.apply(&policy, policies.clone()).await?;
+    }
+    children.prune(policies).await?;
+    if children.namespace_terminating() {
+        return Ok(Action::await_change());
     }
 
+    let problem = children.problems().first().map(Problem::from);
+    // Only its own Service makes the Memcached Ready; a refused Deployment is not shown.
+    let service = match (service.is_held_by_another(), service.current) {
+        (true, _) => ServiceState::NotOwned,
+        (false, Some(_)) => ServiceState::Owned,
+        (false, None) => ServiceState::Missing,
+    };
+    let deployment = if deployment.is_problem() {
+        None
+    } else {
+        deployment.into_object()?
+    };
     update_status(
         mc,
         ctx,
@@ -443,36 +298,9 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     .await?;
     match problem {
         Some(Problem::ApplyFailed(msg) | Problem::NameConflict(msg)) => Err(Error::Children(msg)),
-        _ if leftover => Ok(Action::requeue(leftover_recheck(mc))),
-        _ => {
-            leftover_gone(mc);
-            Ok(Action::await_change())
-        }
-    }
-}
-
-/// Deletes `child` (as cached), only that very object: preconditions on its UID and
-/// resourceVersion. Already gone, changed since (its watch event brings the reconcile
-/// back) or in a namespace being deleted: nothing to do.
-async fn delete_exactly<K>(api: &Api<K>, child: &Slim<K>) -> Result<(), Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: child.uid(),
-            resource_version: child.resource_version(),
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&child.name_any(), &params).await {
-        Ok(_) => {
-            tracing::info!(kind = %K::kind(&()), child = %child.name_any(), "deleted the child: the spec no longer asks for it");
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => Ok(()),
-        Err(e) if namespace_terminating(&e) => Ok(()),
-        Err(e) => Err(e.into()),
+        _ => Ok(children
+            .leftover_recheck()
+            .map_or_else(Action::await_change, Action::requeue)),
     }
 }
 
@@ -675,7 +503,7 @@ mod tests {
 
     /// The Service of `mc` as the API server would show it, with `cluster_ip`.
     fn our_service(mc: &Memcached, cluster_ip: &str) -> Service {
-        let mut svc = desired::desired_service(mc, owner_reference(mc).unwrap());
+        let mut svc = desired::desired_service(mc, shared::apply::owner_reference(mc).unwrap());
         svc.spec.as_mut().unwrap().cluster_ip = Some(cluster_ip.into());
         svc
     }

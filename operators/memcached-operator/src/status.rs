@@ -65,6 +65,16 @@ pub enum Problem {
     NameConflict(String),
 }
 
+impl From<&shared::children::Problem> for Problem {
+    /// A child's name held by someone else's object, or a write the API server refused.
+    fn from(problem: &shared::children::Problem) -> Self {
+        match problem {
+            shared::children::Problem::NameConflict(c) => Problem::NameConflict(c.message()),
+            shared::children::Problem::Refused(r) => Problem::ApplyFailed(r.message().to_owned()),
+        }
+    }
+}
+
 /// The Memcached's Service (named after it) as a reconcile found it. Only a Service this
 /// Memcached controls is the one clients reach it through, so only then can it be `Ready`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,630 @@
+//! One way to write a child: a reconcile hands [`Children`] its primary and each desired
+//! child (built by its pure builders) with the cached child of that name, and gets back
+//! what happened to it ([`Child`]: its [`Outcome`] and the child as it now is); at the end
+//! [`Children::prune`] deletes the children it made that are no longer desired, and
+//! [`Children::problems`] and [`Children::leftover_recheck`] are what the status and the
+//! requeue read. (The idea of operator-rs's `ClusterResources`.)
+//!
+//! For each child the kit:
+//! - skips everything when the cached version was already found to hold the same desired
+//!   object ([`Slim::holds`]): no parse, no comparison, no request;
+//! - claims the name ([`ownership`]): the cached object, one GET only when the cache shows
+//!   nothing; a stranger's object is never written ([`Problem::NameConflict`]), a child of
+//!   an earlier primary of the same name is waited for ([`Outcome::Leftover`]);
+//! - writes it only when the cached object lacks a desired field: server-side apply, or
+//!   for a count-only change of a scalable kind its `scale` subresource
+//!   ([`apply::apply_scalable`]);
+//! - turns a refusal into a value: `403`/`422` are a [`Problem::Refused`] for the status, a
+//!   namespace being deleted is [`Outcome::NamespaceTerminating`] (after which nothing more
+//!   is sent there), anything else is an error to retry.
+//!
+//! Children created by name-generation (pods) use [`Children::create`] (slow-start
+//! batches) and [`delete`]; a failed write of any kind means the same through
+//! [`Outcome::of_error`].
+
+use std::{borrow::Cow, collections::BTreeSet, fmt::Debug, sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    NamespaceResourceScope,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, PostParams, Preconditions},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    apply::{self, is_controlled_by, namespace_terminating, owner_reference},
+    error::Error,
+    ownership::{self, Claim, NameConflict},
+    slim::{Slim, fingerprint},
+};
+
+/// Why a child could not be written: what the status turns into a condition.
+#[derive(Debug, Clone)]
+pub enum Problem {
+    /// The name is held by an object this primary does not control: left untouched.
+    NameConflict(NameConflict),
+    /// The API server refused the write: `403` (admission, quota) or `422` (invalid,
+    /// immutable field, a NodePort taken).
+    Refused(Refusal),
+}
+
+impl Problem {
+    /// A short reason: [`ownership::REASON_NAME_CONFLICT`], or the API server's
+    /// (`Forbidden`, `Invalid`).
+    #[must_use]
+    pub fn reason(&self) -> &str {
+        match self {
+            Problem::NameConflict(_) => ownership::REASON_NAME_CONFLICT,
+            Problem::Refused(r) => &r.0.reason,
+        }
+    }
+
+    /// What to tell the user: the object in the way, or the API server's message.
+    #[must_use]
+    pub fn message(&self) -> String {
+        match self {
+            Problem::NameConflict(c) => c.message(),
+            Problem::Refused(r) => r.message().to_owned(),
+        }
+    }
+}
+
+/// A write the API server refused with `403` or `422` (not a namespace being deleted).
+#[derive(Debug, Clone)]
+pub struct Refusal(Box<kube::core::Status>);
+
+impl Refusal {
+    /// The HTTP status code: `403` or `422`.
+    #[must_use]
+    pub fn code(&self) -> u16 {
+        self.0.code
+    }
+
+    /// The API server's message.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.0.message
+    }
+
+    /// The refusal as the error the write returned, for an operator that retries it as one.
+    #[must_use]
+    pub fn into_error(self) -> Error {
+        Error::Kube(kube::Error::Api(self.0))
+    }
+}
+
+/// What happened to one child.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Written by this reconcile (created, updated, or its count scaled).
+    Written,
+    /// Already held every desired field: nothing was written.
+    InSync,
+    /// The name is held by the child of an earlier primary of the same kind and name
+    /// (garbage collection removes it; it may be stuck terminating): nothing was written,
+    /// and [`Children::leftover_recheck`] says when to look again.
+    Leftover,
+    /// Not written, for a reason the status reports.
+    Problem(Problem),
+    /// The namespace is being deleted: nothing more is written there.
+    NamespaceTerminating,
+}
+
+impl Outcome {
+    /// What a failed write means: a namespace being deleted, a refusal the status reports
+    /// (`403`, `422`), or else the error itself (to retry with backoff).
+    ///
+    /// # Errors
+    /// `error` when it is neither.
+    pub fn of_error(error: kube::Error) -> Result<Outcome, kube::Error> {
+        match error {
+            e if namespace_terminating(&e) => Ok(Outcome::NamespaceTerminating),
+            kube::Error::Api(s) if matches!(s.code, 403 | 422) => {
+                Ok(Outcome::Problem(Problem::Refused(Refusal(s))))
+            }
+            e => Err(e),
+        }
+    }
+}
+
+/// A child of the primary as a write left it.
+#[derive(Debug, Clone)]
+pub enum Current<K: Resource<DynamicType = ()>> {
+    /// As the API server answered (a write, or the GET of a claim); after a write of the
+    /// count alone, the object before it (the count not updated yet).
+    Object(K),
+    /// As the cache holds it (nothing was written or read).
+    Cached(Arc<Slim<K>>),
+}
+
+impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Current<K> {
+    /// The object whole ([`Slim::full`] for a cached one).
+    ///
+    /// # Errors
+    /// When the cached text does not parse.
+    pub fn into_full(self) -> Result<K, Error> {
+        match self {
+            Current::Object(k) => Ok(k),
+            Current::Cached(slim) => slim.full(),
+        }
+    }
+
+    /// Its metadata.
+    #[must_use]
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Current::Object(k) => k.meta(),
+            Current::Cached(slim) => &slim.metadata,
+        }
+    }
+}
+
+/// What writing one child came to: the [`Outcome`], and the child of this primary as it
+/// now is (`None`: there is none, or the name is held by another object).
+#[derive(Debug, Clone)]
+pub struct Child<K: Resource<DynamicType = ()>> {
+    /// What happened.
+    pub outcome: Outcome,
+    /// The primary's own child as written or cached, if there is one.
+    pub current: Option<Current<K>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Child<K> {
+    /// The primary's own child, whole.
+    ///
+    /// # Errors
+    /// When the cached text does not parse.
+    pub fn into_object(self) -> Result<Option<K>, Error> {
+        self.current.map(Current::into_full).transpose()
+    }
+
+    /// Whether the name is held by an object that is not this primary's (a stranger's,
+    /// or a leftover of an earlier primary).
+    #[must_use]
+    pub fn is_held_by_another(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::Leftover | Outcome::Problem(Problem::NameConflict(_))
+        )
+    }
+
+    /// Whether a [`Problem`] kept it from being written.
+    #[must_use]
+    pub fn is_problem(&self) -> bool {
+        matches!(self.outcome, Outcome::Problem(_))
+    }
+}
+
+/// A child name [`Children::claim`] found writable: free, or held by the primary's own
+/// child ([`Slot::current`]).
+#[derive(Debug)]
+pub struct Slot<K: Resource<DynamicType = ()>> {
+    name: String,
+    /// The cached version, when the claim read the cache (to remember what it holds).
+    cached: Option<Arc<Slim<K>>>,
+    current: Option<K>,
+}
+
+impl<K: Resource<DynamicType = ()>> Slot<K> {
+    /// The primary's own child holding the name (`None`: the name is free).
+    #[must_use]
+    pub fn current(&self) -> Option<&K> {
+        self.current.as_ref()
+    }
+}
+
+/// What [`Children::claim`] found at a child's name.
+#[derive(Debug)]
+pub enum Claimed<K: Resource<DynamicType = ()>> {
+    /// The child may be written ([`Children::write`]).
+    Writable(Slot<K>),
+    /// It may not: the outcome says why ([`Outcome::Leftover`], a
+    /// [`Problem::NameConflict`], or [`Outcome::NamespaceTerminating`]).
+    Blocked(Child<K>),
+}
+
+/// The bound list of a kind the kit writes.
+pub trait ChildKind:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> ChildKind for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The children of one primary, written in one reconcile.
+pub struct Children<'a, P> {
+    client: Client,
+    namespace: String,
+    manager: &'a str,
+    primary: &'a P,
+    owner: OwnerReference,
+    /// The (kind, name) of every child desired this reconcile: what [`Children::prune`] keeps.
+    desired: BTreeSet<(Cow<'static, str>, String)>,
+    problems: Vec<Problem>,
+    leftover: bool,
+    terminating: bool,
+}
+
+impl<P: Resource> Debug for Children<'_, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Children")
+            .field("namespace", &self.namespace)
+            .field("owner", &self.owner.name)
+            .field("problems", &self.problems)
+            .field("leftover", &self.leftover)
+            .field("terminating", &self.terminating)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
+    /// The children of `primary` (in its namespace, with its controller owner reference),
+    /// written through `client` under the field manager `manager`.
+    ///
+    /// # Errors
+    /// [`Error::MissingMetadata`] when `primary` has no namespace, name or UID.
+    pub fn new(client: &Client, manager: &'a str, primary: &'a P) -> Result<Self, Error> {
+        let namespace = primary
+            .meta()
+            .namespace
+            .clone()
+            .ok_or_else(|| Error::MissingMetadata(primary.name_any()))?;
+        Ok(Self {
+            client: client.clone(),
+            namespace,
+            manager,
+            owner: owner_reference(primary)?,
+            primary,
+            desired: BTreeSet::new(),
+            problems: Vec::new(),
+            leftover: false,
+            terminating: false,
+        })
+    }
+
+    /// The controller owner reference every child carries (for the builders).
+    #[must_use]
+    pub fn owner(&self) -> OwnerReference {
+        self.owner.clone()
+    }
+
+    /// Every problem met so far, in the order of the writes.
+    #[must_use]
+    pub fn problems(&self) -> &[Problem] {
+        &self.problems
+    }
+
+    /// Whether a write found the namespace being deleted (nothing more is sent there).
+    #[must_use]
+    pub fn namespace_terminating(&self) -> bool {
+        self.terminating
+    }
+
+    /// When to look again at a leftover in the way ([`ownership::leftover_recheck`]: 5 s
+    /// doubling to 5 min while it stays); `None` when no child met one, which starts the
+    /// primary's schedule over ([`ownership::leftover_gone`]).
+    #[must_use]
+    pub fn leftover_recheck(&self) -> Option<Duration> {
+        if self.leftover {
+            Some(ownership::leftover_recheck(self.primary))
+        } else {
+            ownership::leftover_gone(self.primary);
+            None
+        }
+    }
+
+    fn api<K: ChildKind>(&self) -> Api<K> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Records `outcome` and returns the child.
+    fn record<K: Resource<DynamicType = ()>>(
+        &mut self,
+        outcome: Outcome,
+        current: Option<Current<K>>,
+    ) -> Child<K> {
+        match &outcome {
+            Outcome::Leftover => self.leftover = true,
+            Outcome::Problem(p) => self.problems.push(p.clone()),
+            Outcome::NamespaceTerminating => self.terminating = true,
+            Outcome::Written | Outcome::InSync => {}
+        }
+        Child { outcome, current }
+    }
+
+    /// Writes `desired` unless `cached` (the cache's object of its name) already holds it:
+    /// [`Children::claim`], then [`Children::write`].
+    ///
+    /// # Errors
+    /// [`Error::Kube`] on a failure other than those [`Outcome::of_error`] turns into an
+    /// outcome; [`Error::Serialize`]/[`Error::MissingMetadata`] for a malformed `desired`.
+    pub async fn apply<K: ChildKind>(
+        &mut self,
+        desired: &K,
+        cached: Option<Arc<Slim<K>>>,
+    ) -> Result<Child<K>, Error> {
+        self.apply_as(desired, cached, false).await
+    }
+
+    /// [`Children::apply`] for a kind with a `scale` subresource over `spec.replicas`: a
+    /// change of the count alone is written to that subresource ([`apply::apply_scalable`]).
+    ///
+    /// # Errors
+    /// As [`Children::apply`].
+    pub async fn apply_scalable<K: ChildKind>(
+        &mut self,
+        desired: &K,
+        cached: Option<Arc<Slim<K>>>,
+    ) -> Result<Child<K>, Error> {
+        self.apply_as(desired, cached, true).await
+    }
+
+    async fn apply_as<K: ChildKind>(
+        &mut self,
+        desired: &K,
+        cached: Option<Arc<Slim<K>>>,
+        scalable: bool,
+    ) -> Result<Child<K>, Error> {
+        let name = desired
+            .meta()
+            .name
+            .clone()
+            .ok_or_else(|| Error::MissingMetadata(format!("desired {}", K::kind(&()))))?;
+        // A version found ours and holding this very object: nothing to look at.
+        if !self.terminating
+            && let Some(slim) = &cached
+            && slim.holds(fingerprint(desired)?)
+        {
+            self.desired
+                .insert((K::kind(&()).into_owned().into(), name));
+            return Ok(self.record(Outcome::InSync, Some(Current::Cached(Arc::clone(slim)))));
+        }
+        match self.claim(&name, cached).await? {
+            Claimed::Writable(slot) => self.write_as(slot, desired, scalable).await,
+            Claimed::Blocked(child) => Ok(child),
+        }
+    }
+
+    /// Who holds the child name `name`: `cached` is the cache's object of that name; only
+    /// when it shows nothing is the API server asked (one GET). The name counts as desired
+    /// this reconcile ([`Children::prune`] keeps it).
+    ///
+    /// # Errors
+    /// [`Error::Kube`] when the GET fails; [`Error::Serialize`] when the cached text does
+    /// not parse.
+    pub async fn claim<K: ChildKind>(
+        &mut self,
+        name: &str,
+        cached: Option<Arc<Slim<K>>>,
+    ) -> Result<Claimed<K>, Error> {
+        self.desired
+            .insert((K::kind(&()).into_owned().into(), name.to_owned()));
+        if self.terminating {
+            return Ok(Claimed::Blocked(
+                self.record(Outcome::NamespaceTerminating, None),
+            ));
+        }
+        let full = cached.as_ref().map(|c| c.full()).transpose()?.map(Arc::new);
+        let outcome = match ownership::claim(&self.api::<K>(), name, full, &self.owner).await? {
+            Claim::Free => {
+                return Ok(Claimed::Writable(Slot {
+                    name: name.to_owned(),
+                    cached: None,
+                    current: None,
+                }));
+            }
+            Claim::Ours(current) => {
+                return Ok(Claimed::Writable(Slot {
+                    name: name.to_owned(),
+                    cached,
+                    current: Some(current),
+                }));
+            }
+            Claim::Leftover => {
+                tracing::info!(kind = %K::kind(&()), child = %name, "waiting for the child of an earlier namesake to go");
+                Outcome::Leftover
+            }
+            Claim::Conflict(conflict) => {
+                tracing::debug!(%conflict, "child name taken");
+                Outcome::Problem(Problem::NameConflict(conflict))
+            }
+        };
+        Ok(Claimed::Blocked(self.record(outcome, None)))
+    }
+
+    /// Server-side applies `desired` to the name `slot` claimed, unless the child there
+    /// already holds every field of it.
+    ///
+    /// # Errors
+    /// As [`Children::apply`].
+    pub async fn write<K: ChildKind>(
+        &mut self,
+        slot: Slot<K>,
+        desired: &K,
+    ) -> Result<Child<K>, Error> {
+        self.write_as(slot, desired, false).await
+    }
+
+    async fn write_as<K: ChildKind>(
+        &mut self,
+        slot: Slot<K>,
+        desired: &K,
+        scalable: bool,
+    ) -> Result<Child<K>, Error> {
+        let Slot {
+            name,
+            cached,
+            current,
+        } = slot;
+        let kind = K::kind(&());
+        if self.terminating {
+            return Ok(self.record(Outcome::NamespaceTerminating, current.map(Current::Object)));
+        }
+        let api = self.api::<K>();
+        let written = if scalable {
+            apply::apply_scalable(&api, self.manager, desired, current.as_ref()).await
+        } else {
+            apply::apply(&api, self.manager, desired, current.as_ref()).await
+        };
+        let (outcome, now) = match written {
+            Ok(Some(object)) => {
+                let what = if current.is_none() {
+                    "created"
+                } else {
+                    "updated"
+                };
+                tracing::info!(%kind, child = %name, "{what} the child");
+                (Outcome::Written, Some(Current::Object(object)))
+            }
+            Ok(None) => {
+                tracing::trace!(%kind, child = %name, "child in sync");
+                match cached {
+                    // Remembered: the next reconcile wanting the same skips the comparison.
+                    Some(slim) => {
+                        slim.found_holding(fingerprint(desired)?);
+                        (Outcome::InSync, Some(Current::Cached(slim)))
+                    }
+                    None => (Outcome::InSync, current.map(Current::Object)),
+                }
+            }
+            Err(Error::Kube(e)) => {
+                let outcome = Outcome::of_error(e)?;
+                if let Outcome::Problem(p) = &outcome {
+                    tracing::info!(%kind, child = %name, reason = p.reason(), message = %p.message(), "the child was refused");
+                }
+                (outcome, current.map(Current::Object))
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(self.record(outcome, now))
+    }
+
+    /// Deletes each of `cached` (the cache's children of kind `K` that may be this
+    /// primary's) that is controlled by this primary and was not desired this reconcile
+    /// (applied or claimed): exactly the version cached ([`delete`] with its UID and
+    /// resourceVersion). Nothing once the namespace is being deleted.
+    ///
+    /// # Errors
+    /// [`Error::Kube`] when a delete fails otherwise.
+    pub async fn prune<K: ChildKind>(
+        &mut self,
+        cached: impl IntoIterator<Item = Arc<Slim<K>>>,
+    ) -> Result<(), Error> {
+        for child in cached {
+            let name = child.name_any();
+            let key = (K::kind(&()), name);
+            if self.terminating
+                || !is_controlled_by(child.as_ref(), &self.owner.uid)
+                || self.desired.contains(&key)
+            {
+                continue;
+            }
+            let (kind, name) = key;
+            let exactly = Preconditions {
+                uid: child.uid(),
+                resource_version: child.resource_version(),
+            };
+            if delete(&self.api::<K>(), &name, exactly).await? {
+                tracing::info!(%kind, child = %name, "deleted the child: no longer desired");
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates `count` objects from `desired` (a child named by `generateName`), handing
+    /// each created one to `created`: in batches of 1, 2, 4, 8, 16, ... sent at once (the
+    /// ReplicaSet controller's slow start: a refused create costs one request, not
+    /// `count`, and a burst goes out in a few round trips); stops after the batch in which
+    /// one failed. Returns [`Outcome::Written`] when all were created ([`Outcome::InSync`]
+    /// for none), else the first failure's outcome.
+    ///
+    /// # Errors
+    /// [`Error::Kube`] when the first failure in its batch is not one
+    /// [`Outcome::of_error`] turns into an outcome.
+    pub async fn create<K: ChildKind>(
+        &mut self,
+        desired: &K,
+        count: usize,
+        mut created: impl FnMut(K),
+    ) -> Result<Outcome, Error> {
+        if self.terminating {
+            return Ok(Outcome::NamespaceTerminating);
+        }
+        let api = self.api::<K>();
+        let params = PostParams {
+            field_manager: Some(self.manager.to_owned()),
+            ..PostParams::default()
+        };
+        let (mut left, mut batch) = (count, 1);
+        while left > 0 {
+            let size = batch.min(left);
+            let answers =
+                futures::future::join_all((0..size).map(|_| api.create(&params, desired))).await;
+            let mut ended = None;
+            for answer in answers {
+                match answer {
+                    Ok(object) => created(object),
+                    Err(e) => {
+                        ended.get_or_insert(Outcome::of_error(e));
+                    }
+                }
+            }
+            if let Some(ended) = ended {
+                let outcome = ended?;
+                return Ok(self.record::<K>(outcome, None).outcome);
+            }
+            left -= size;
+            batch *= 2;
+        }
+        Ok(if count == 0 {
+            Outcome::InSync
+        } else {
+            Outcome::Written
+        })
+    }
+}
+
+/// Deletes the child `name`, only the object `preconditions` name (its UID, and with a
+/// resourceVersion only that version): someone else's object that took the name, or ours
+/// changed since it was looked at, is left alone. Returns whether it was deleted: already
+/// gone (`404`), no longer the object named (`409`: its watch event brings the reconcile
+/// back) or in a namespace being deleted is `false`.
+///
+/// # Errors
+/// [`kube::Error`] when the delete fails otherwise.
+pub async fn delete<K: ChildKind>(
+    api: &Api<K>,
+    name: &str,
+    preconditions: Preconditions,
+) -> Result<bool, kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(preconditions),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => Ok(false),
+        Err(e) if namespace_terminating(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
