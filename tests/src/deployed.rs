@@ -26,7 +26,7 @@ pub async fn has_real_node(client: &kube::Client) -> Result<bool> {
 
 /// `cargo xtask <args>` with the test cluster's kubeconfig.
 pub fn xtask(args: &[&str]) -> Result<String> {
-    let out = xtask::cmd::cargo()
+    let out = xtask::support::cmd::cargo()
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--"])
         .args(args)

@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The four operators and their kinds: the workspace's one list (`xtask::operators`).
-pub use xtask::operators::{
+/// The four operators and their kinds: the workspace's one list (`xtask::support::operators`).
+pub use xtask::support::operators::{
     Kind, LOLCOW, MEMCACHED, OPERATORS, PODSET, PULSAR_CONSUMER, by_operator,
 };
 
@@ -203,7 +203,7 @@ fn fnv(s: &str) -> u64 {
 
 /// The NodePorts the Services of the whole cluster hold now.
 pub async fn node_ports_in_use(ns: &TestNamespace) -> Result<BTreeSet<i32>> {
-    xtask::node_ports::in_use(&ns.client).await
+    xtask::support::node_ports::in_use(&ns.client).await
 }
 
 /// A NodePort that no Service of the cluster holds, starting from a hash of the

@@ -41,14 +41,14 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use xtask::kubectl::Kubectl;
+use xtask::support::kubectl::Kubectl;
 
 /// How long a test waits for something the cluster does.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    xtask::paths::repo_root()
+    xtask::support::paths::repo_root()
 }
 
 /// The cargo target directory.
@@ -77,7 +77,7 @@ pub fn kubeconfig_path() -> Result<PathBuf> {
         if let Some(path) = std::env::var_os("E2E_KUBECONFIG").filter(|p| !p.is_empty()) {
             return Ok(PathBuf::from(path));
         }
-        let out = xtask::cmd::cargo()
+        let out = xtask::support::cmd::cargo()
             .current_dir(repo_root())
             .args(["run", "--quiet", "-p", "xtask", "--", "cluster", "up"])
             .output()
@@ -140,7 +140,7 @@ pub fn skip(test: &str, why: &str) -> Result<()> {
 /// the simulated nodes (`simulated`), or to the real node. Pods that already
 /// exist stay where they are.
 pub fn place_namespace(namespace: &str, simulated: bool) -> Result<()> {
-    xtask::local_operator::place_namespace(&kubectl_runner(), namespace, simulated)
+    xtask::support::local_operator::place_namespace(&kubectl_runner(), namespace, simulated)
 }
 
 /// Runs kubectl with `args` and returns stdout, failing with its stderr.
@@ -173,7 +173,7 @@ pub fn can_i(user: &str, args: &[&str]) -> Result<bool> {
 
 /// A client from a kubeconfig file.
 pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
-    xtask::kubeconfig::client_from(kubeconfig).await
+    xtask::support::kubeconfig::client_from(kubeconfig).await
 }
 
 /// The admin client of the cluster under test.
@@ -246,7 +246,7 @@ impl TestNamespace {
         ns.metadata.labels = Some(all);
         if simulated {
             ns.metadata.annotations = Some(
-                xtask::simulated::NAMESPACE_ANNOTATIONS
+                xtask::support::simulated::NAMESPACE_ANNOTATIONS
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
@@ -635,7 +635,7 @@ pub async fn tenant_client(admin: &Client, ns: &TestNamespace, user: &str) -> Re
         .await?;
     // `edit` reaches the four kinds through the installs' aggregated ClusterRoles, which the
     // controller manager folds in a moment after an operator is (re)deployed.
-    let resources = xtask::operators::all_resources();
+    let resources = xtask::support::operators::all_resources();
     poll(
         &format!("{user} may create every kind in {}", ns.name),
         Duration::from_secs(60),

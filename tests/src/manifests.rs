@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-pub use xtask::kubectl::KubectlOutput;
+pub use xtask::support::kubectl::KubectlOutput;
 
 /// Runs kubectl with `args`, capturing stdout and stderr whatever the exit status.
 pub fn kubectl_capture<I, S>(args: I) -> Result<KubectlOutput>
@@ -20,17 +20,17 @@ where
     kubectl_runner().capture(args)
 }
 
-pub use xtask::kustomize::parse_objects;
+pub use xtask::support::kustomize::parse_objects;
 
 /// The objects a kustomization directory builds (`kubectl create -k <dir>
 /// --dry-run=client -o json`: nothing is sent to the cluster).
 pub fn kustomize(dir: &Path) -> Result<Vec<Value>> {
-    xtask::kustomize::objects(&kubectl_runner(), dir)
+    xtask::support::kustomize::objects(&kubectl_runner(), dir)
 }
 
 /// The objects of one manifest file.
 pub fn manifest_file(path: &Path) -> Result<Vec<Value>> {
-    xtask::kustomize::manifest_file(&kubectl_runner(), path)
+    xtask::support::kustomize::manifest_file(&kubectl_runner(), path)
 }
 
 /// The objects of `objects` of kind `kind`.

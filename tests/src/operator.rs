@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-use xtask::local_operator::{self, Launch, LocalOperator};
+use xtask::support::local_operator::{self, Launch, LocalOperator};
 
 /// Applies `deploy/<operator>` (CRD, RBAC, Deployment...) once per test binary.
 pub fn install(operator: &str) -> Result<()> {
@@ -63,7 +63,7 @@ pub fn free_port() -> Result<u16> {
 
 /// A plain HTTP GET on 127.0.0.1; returns the status code and body.
 pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    xtask::http::get(port, path)
+    xtask::support::http::get(port, path)
 }
 
 /// How to start an operator process.
@@ -335,7 +335,7 @@ where
 
 /// Sends a signal (by name, e.g. `TERM`) to a process.
 pub fn signal(pid: u32, name: &str) {
-    xtask::process_group::signal_process(pid, name);
+    xtask::support::process_group::signal_process(pid, name);
 }
 
 /// Sum of a Prometheus counter's samples whose labels contain all of `labels`

@@ -25,7 +25,7 @@ const RECEIVED: &str = "message received";
 /// Runs `cargo xtask pulsar <action>` and returns the service URL it prints
 /// (`export PULSAR_SERVER=...`).
 async fn xtask_pulsar(action: &str) -> Result<String> {
-    let out = tokio::process::Command::from(xtask::cmd::cargo())
+    let out = tokio::process::Command::from(xtask::support::cmd::cargo())
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--", "pulsar", action])
         .stdin(Stdio::null())
@@ -236,15 +236,16 @@ impl ConsumerProcess {
         std::fs::create_dir_all(&logs)?;
         let name = format!("{name}-{}", unique_suffix());
         let log_path = logs.join(format!("pulsar-{topic}-{name}.log"));
-        let child = xtask::pulsar_consumer::spawn(&xtask::pulsar_consumer::Launch {
-            binary: &binary,
-            server,
-            topic,
-            subscription,
-            http_port,
-            hostname: &name,
-            log_path: &log_path,
-        })?;
+        let child =
+            xtask::support::local_consumer::spawn(&xtask::support::local_consumer::Launch {
+                binary: &binary,
+                server,
+                topic,
+                subscription,
+                http_port,
+                hostname: &name,
+                log_path: &log_path,
+            })?;
         Ok(ConsumerProcess {
             child,
             name,

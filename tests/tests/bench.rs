@@ -38,7 +38,7 @@ async fn an_interrupted_bench_stops_its_operator_and_deletes_its_namespace() -> 
         .join("bench-interrupted.log");
     std::fs::create_dir_all(log.parent().context("log directory")?)?;
     let out = std::fs::File::create(&log)?;
-    let child = xtask::cmd::cargo()
+    let child = xtask::support::cmd::cargo()
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--", "bench", "operator"])
         .args([

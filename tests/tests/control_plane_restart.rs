@@ -12,7 +12,7 @@ use podset_operator::api::PodSet;
 use std::time::Duration;
 
 fn xtask(args: &[&str]) -> Result<()> {
-    let out = xtask::cmd::cargo()
+    let out = xtask::support::cmd::cargo()
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--"])
         .args(args)

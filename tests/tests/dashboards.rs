@@ -8,7 +8,7 @@
 //! a stats document with a backlog of [`BACKLOG`]), so its backlog and desired-replica
 //! gauges have series, and their values are checked against the status too.
 //!
-//! Names are compared as Prometheus stores them (`xtask::promql`): a counter's series end
+//! Names are compared as Prometheus stores them (`xtask::support::promql`): a counter's series end
 //! in `_total`, a histogram's in `_bucket`/`_sum`/`_count`.
 
 use anyhow::{Context, Result, ensure};
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use xtask::promql::{dashboard_queries, exposed_names, metric_names};
+use xtask::support::promql::{dashboard_queries, exposed_names, metric_names};
 
 /// The backlog the stand-in admin API reports.
 const BACKLOG: u64 = 2500;

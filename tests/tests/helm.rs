@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use xtask::operators::{KINDS, PODSET};
+use xtask::support::operators::{KINDS, PODSET};
 
 /// Release builds, image pulls and rollouts take a while the first time.
 const ROLLOUT: Duration = Duration::from_secs(240);

@@ -59,7 +59,7 @@ fn run(cmd: &mut Command) -> Result<String> {
 
 /// `cargo xtask image podset-operator --tag <tag> [extra...]`.
 fn xtask_image(tag: &str, extra: &[&str]) -> Result<String> {
-    run(xtask::cmd::cargo()
+    run(xtask::support::cmd::cargo()
         .current_dir(repo_root())
         .args([
             "run", "--quiet", "-p", "xtask", "--", "image", NAME, "--tag", tag,

@@ -23,7 +23,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
-use xtask::operators::Kind;
+use xtask::support::operators::Kind;
 
 /// The release version: the workspace's, which the images and installers carry.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -317,7 +317,7 @@ async fn installs_and_converges(kind: &'static Kind, test: &str) -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn podset_operator_installs_from_its_installer() -> Result<()> {
     installs_and_converges(
-        &xtask::operators::PODSET,
+        &xtask::support::operators::PODSET,
         "podset_operator_installs_from_its_installer",
     )
     .await
@@ -326,7 +326,7 @@ async fn podset_operator_installs_from_its_installer() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn memcached_operator_installs_from_its_installer() -> Result<()> {
     installs_and_converges(
-        &xtask::operators::MEMCACHED,
+        &xtask::support::operators::MEMCACHED,
         "memcached_operator_installs_from_its_installer",
     )
     .await
@@ -335,7 +335,7 @@ async fn memcached_operator_installs_from_its_installer() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn lolcow_operator_installs_from_its_installer() -> Result<()> {
     installs_and_converges(
-        &xtask::operators::LOLCOW,
+        &xtask::support::operators::LOLCOW,
         "lolcow_operator_installs_from_its_installer",
     )
     .await
@@ -344,7 +344,7 @@ async fn lolcow_operator_installs_from_its_installer() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn pulsar_consumer_operator_installs_from_its_installer() -> Result<()> {
     installs_and_converges(
-        &xtask::operators::PULSAR_CONSUMER,
+        &xtask::support::operators::PULSAR_CONSUMER,
         "pulsar_consumer_operator_installs_from_its_installer",
     )
     .await

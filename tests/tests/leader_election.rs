@@ -276,7 +276,7 @@ fn with_server_port(kubeconfig: &Path, port: u16) -> Result<PathBuf> {
         }
     }
     let path = kubeconfig.with_extension(format!("proxied-{port}"));
-    xtask::kubeconfig::write(&config, &path)?;
+    xtask::support::kubeconfig::write(&config, &path)?;
     Ok(path)
 }
 

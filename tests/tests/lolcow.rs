@@ -523,7 +523,7 @@ fn push_lolcow_web_image() -> Result<String> {
         _ => "linux/amd64",
     };
     let tag = "e2e";
-    let out = xtask::cmd::cargo()
+    let out = xtask::support::cmd::cargo()
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--", "image", "lolcow-web"])
         .args(["--platform", platform, "--push", REGISTRY, "--tag", tag])

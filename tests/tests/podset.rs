@@ -455,7 +455,7 @@ async fn podset_converges_within_a_low_client_rate_limit() -> Result<()> {
     let log = op.log();
     let mut sent: Vec<k8s_openapi::jiff::Timestamp> = log
         .lines()
-        .filter(|l| xtask::requests::parse_line(l).is_some())
+        .filter(|l| xtask::support::logged_requests::parse_line(l).is_some())
         .filter_map(|l| {
             let v: Value = serde_json::from_str(l).ok()?;
             v["timestamp"].as_str()?.parse().ok()

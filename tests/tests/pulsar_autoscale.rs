@@ -65,7 +65,7 @@ fn allow_loopback() -> OperatorOptions {
 
 /// The broker's admin port, as `cargo xtask pulsar status` reports it.
 async fn admin_port() -> Result<u16> {
-    let out = tokio::process::Command::from(xtask::cmd::cargo())
+    let out = tokio::process::Command::from(xtask::support::cmd::cargo())
         .current_dir(repo_root())
         .args(["run", "--quiet", "-p", "xtask", "--", "pulsar", "status"])
         .output()

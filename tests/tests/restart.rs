@@ -21,8 +21,8 @@ const OBJECTS: usize = 4;
 /// leader Lease aside).
 fn writes(log: &str) -> Vec<String> {
     log.lines()
-        .filter_map(xtask::requests::parse_line)
-        .filter(|r| xtask::requests::is_write(r.verb))
+        .filter_map(xtask::support::logged_requests::parse_line)
+        .filter(|r| xtask::support::logged_requests::is_write(r.verb))
         .map(|r| format!("{} {}", r.verb, r.rbac_resource()))
         .filter(|w| !w.contains("events") && !w.contains("leases"))
         .collect()

@@ -14,7 +14,7 @@ use kube::api::ListParams;
 use lolcow_operator::api::Lolcow;
 use std::process::{Child, Stdio};
 use std::time::Duration;
-use xtask::process_group;
+use xtask::support::process_group;
 
 /// The first run builds the web app's release image and the operator: minutes.
 const FIRST_RUN: Duration = Duration::from_secs(900);
@@ -55,7 +55,7 @@ async fn xtask_run_lolcow_operator_serves_from_the_real_node() -> Result<()> {
     let log = std::fs::File::create(&log_path)?;
     let health = free_port()?;
     // Without the test's crate variables (ring's build script reruns when one changes).
-    let child = xtask::cmd::cargo()
+    let child = xtask::support::cmd::cargo()
         .current_dir(repo_root())
         .args(["xtask", "run", LOLCOW.operator, "--"])
         // Only this test's namespace; no metrics port to collide with anything here.

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use xtask::local_operator::{self, Launch, LocalOperator};
+use xtask::support::local_operator::{self, Launch, LocalOperator};
 
 const NAME: &str = "scaffolded";
 const OPERATOR: &str = "scaffolded-operator";
@@ -78,7 +78,7 @@ impl Scratch {
     /// scaffolded operator. A profile setting of no consequence (255 codegen units rather
     /// than 256) for each member gives them another hash; the dependencies stay shared.
     fn keep_artifacts_apart(&self) -> Result<()> {
-        let out = xtask::cmd::cargo()
+        let out = xtask::support::cmd::cargo()
             .current_dir(&self.root)
             .args(["metadata", "--no-deps", "--format-version", "1"])
             .output()
@@ -124,7 +124,7 @@ impl Scratch {
     /// tail of its output.
     fn cargo(&self, args: &[&str]) -> Result<()> {
         let started = std::time::Instant::now();
-        let out = xtask::cmd::cargo()
+        let out = xtask::support::cmd::cargo()
             .current_dir(&self.root)
             .args(args)
             .env("CARGO_TARGET_DIR", target_dir())
@@ -172,7 +172,7 @@ impl Drop for Scratch {
             .output();
         // Building the copy's xtask linked `target/debug/xtask` to it: link the
         // workspace's own back (its artifacts are apart, so nothing to compile).
-        let _ = xtask::cmd::cargo()
+        let _ = xtask::support::cmd::cargo()
             .current_dir(repo_root())
             .args(["build", "--quiet", "-p", "xtask"])
             .env("CARGO_TARGET_DIR", target_dir())
@@ -185,7 +185,7 @@ impl Drop for Scratch {
 fn expected_change(path: &str) -> bool {
     path.starts_with(&format!("operators/{OPERATOR}/"))
         || path.starts_with(&format!("deploy/{OPERATOR}/"))
-        || ["Cargo.toml", "Cargo.lock", "xtask/src/operators.rs"].contains(&path)
+        || ["Cargo.toml", "Cargo.lock", "xtask/src/support/operators.rs"].contains(&path)
 }
 
 fn is_ready(object: &DynamicObject) -> bool {
@@ -227,7 +227,7 @@ async fn a_scaffolded_operator_builds_passes_its_lints_and_brings_its_sample_to_
     );
     for path in [
         "Cargo.toml",
-        "xtask/src/operators.rs",
+        "xtask/src/support/operators.rs",
         &format!("operators/{OPERATOR}/src/reconcile.rs"),
         &format!("deploy/{OPERATOR}/crd.yaml"),
         &format!("deploy/{OPERATOR}/install.yaml"),

@@ -207,7 +207,7 @@ fn certificate_dir() -> Result<PathBuf> {
         .join("e2e")
         .join(format!("metrics-cert-{}", unique_suffix()));
     std::fs::create_dir_all(&dir)?;
-    xtask::openssl::self_signed_ec(
+    xtask::support::openssl::self_signed_ec(
         &dir,
         "tls.key",
         "tls.crt",

@@ -271,7 +271,7 @@ fn recorded_requests(operator: &str) -> Result<BTreeSet<(String, String)>> {
         let log = std::fs::read_to_string(&path).unwrap_or_default();
         recorded.extend(
             log.lines()
-                .filter_map(xtask::requests::parse_line)
+                .filter_map(xtask::support::logged_requests::parse_line)
                 .map(|r| (r.rbac_resource(), r.verb.to_owned())),
         );
     }

@@ -23,25 +23,12 @@
 //! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
 //! - `check-docs`: every relative link and `cargo xtask` command in the docs exists.
 
-mod actionlint;
-mod bench;
-mod charts;
-mod cluster;
-mod crds;
-mod demo;
-mod deploy;
-mod deps;
-mod docs;
-mod image;
-mod installers;
-mod new;
-mod pulsar;
-mod release;
-mod test;
-mod tools;
-mod version;
+mod commands;
 
-use xtask::{cmd, paths};
+use commands::{
+    actionlint, bench, charts, check_docs, cluster, crds, demo, deploy, image, installers, new,
+    pulsar, release, test, tool,
+};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -87,7 +74,7 @@ enum Command {
     /// Scaffold a new operator: its crate, its `deploy/` tree and its entry in the list.
     New(new::NewArgs),
     /// Run a tool built from its Go module (`helm`, `oras`).
-    Tool(tools::ToolArgs),
+    Tool(tool::ToolArgs),
     /// Write the single-file installers `deploy/<operator>/install.yaml`.
     ///
     /// Each is `kubectl kustomize deploy/<operator>` with the images pinned to
@@ -212,11 +199,11 @@ fn main() -> Result<()> {
             charts::run_for(check, &crds::selected(&operators)?)
         }
         Command::New(args) => new::run(&args),
-        Command::Tool(args) => tools::run(&args),
+        Command::Tool(args) => tool::run(&args),
         Command::Installers(args) => installers::run(&args),
         Command::Release(args) => release::run(&args),
         Command::Actionlint => actionlint::run(),
-        Command::CheckDocs => docs::run(<Cli as clap::CommandFactory>::command()),
+        Command::CheckDocs => check_docs::run(<Cli as clap::CommandFactory>::command()),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),
         Command::Deploy(args) => deploy::deploy(&args),

@@ -6,8 +6,8 @@
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use xtask::operators::OPERATORS;
-use xtask::paths::repo_root;
+use xtask::support::operators::OPERATORS;
+use xtask::support::paths::repo_root;
 
 /// String formats the API server validates, and which therefore bound a string's length.
 const BOUNDING_FORMATS: [&str; 2] = ["date-time", "date"];

@@ -1,0 +1,312 @@
+//! `cargo xtask bench operator`: scale, speed and memory of one operator on
+//! the local cluster; `--standard` (and `cargo xtask bench --all`) runs the
+//! standard set: every operator with 100 objects, PodSet and Memcached also
+//! with 1,000, and PodSet with 100 beside 5,000 unrelated pods.
+//!
+//! One run: the operator's static release binary (the one its image ships)
+//! runs on this machine as in the end-to-end tests (its ServiceAccount's
+//! token, `WATCH_NAMESPACE` = one fresh bench namespace), and the bench, as a plain client with its own watches on
+//! the custom resources and the pods:
+//! 1. reads the idle memory once the operator is ready (no objects);
+//! 2. creates N objects at once and times each one to `Ready` (the `Ready`
+//!    condition `True` for the current generation), until every object is
+//!    Ready and the namespace holds exactly the pods wanted;
+//! 3. watches a quiet window (60 s, `--quick` 10 s): the operator must write
+//!    nothing;
+//! 4. changes the spec of every object (replicas - 1, or a new greeting) and
+//!    times the re-convergence; 5. deletes them all and times until every
+//!    child is gone.
+//!
+//! `--stranger-pods M` first fills the namespace with M pods that are nobody's
+//! (what any busy namespace holds): an operator that watches only what can be its own
+//! shows the same figures with and without them.
+//!
+//! Throughout: peak memory (`VmHWM`), CPU time, pods ever seen (extra pods
+//! beyond the desired count must be 0) and every API request the operator
+//! made, by verb and phase (counted at the client; see [`requests`]).
+//! Results: `target/bench/<operator>-<N>.json`, and from every such file
+//! `target/bench/operators.md` and `target/bench/ready-over-time.svg`.
+
+mod go_ref;
+mod options;
+mod phases;
+mod process;
+mod procfs;
+mod proxy;
+mod reaction;
+mod record;
+pub(crate) mod report;
+mod run;
+mod session;
+mod timing;
+mod watch;
+
+pub use options::{Operator, OperatorArgs};
+
+use crate::commands::bench::common::out_dir;
+use crate::commands::cluster;
+use anyhow::{Context, Result, ensure};
+use options::{run_name, standard_set};
+use process::Launcher;
+use std::fs;
+use std::path::{Path, PathBuf};
+use watch::StatusShape;
+use xtask::support::kubectl::Kubectl;
+use xtask::support::local_operator;
+
+/// `cargo xtask bench operator ...`.
+pub fn run(args: &OperatorArgs) -> Result<()> {
+    if args.standard {
+        return run_standard(args);
+    }
+    let runtime = runtime()?;
+    let result = bench_and_record(&runtime, args);
+    report::write_summary()?;
+    result
+}
+
+/// The standard set with default options (for `cargo xtask bench --all`).
+pub fn run_all() -> Result<()> {
+    run_standard(&OperatorArgs::default())
+}
+
+fn run_standard(base: &OperatorArgs) -> Result<()> {
+    let runtime = runtime()?;
+    let mut failed = Vec::new();
+    for (operator, objects, stranger_pods) in standard_set() {
+        let args = OperatorArgs {
+            operator,
+            objects,
+            stranger_pods,
+            standard: false,
+            ..base.clone()
+        };
+        if let Err(e) = bench_and_record(&runtime, &args) {
+            eprintln!(
+                "bench operator: {} N={objects} failed: {e:#}",
+                operator.name()
+            );
+            failed.push(format!(
+                "{}: {e:#}",
+                run_name(operator, objects, stranger_pods, base.namespaces)
+            ));
+        }
+    }
+    let summary = report::write_summary()?;
+    println!("{summary}");
+    ensure!(
+        failed.is_empty(),
+        "some runs failed:\n{}",
+        failed.join("\n")
+    );
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}
+
+/// The Rust operator's run, then with `--go-ref` the Go original's, each recorded.
+fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
+    // Found (or built) first: a missing Go original fails the command at once.
+    let go = match &args.go_ref {
+        Some(path) => {
+            let controller = go_ref::controller(args.operator).with_context(|| {
+                format!(
+                    "--go-ref: the Go originals have no {} (only podset and memcached)",
+                    args.operator.name()
+                )
+            })?;
+            Some((go_ref::binary(path.as_deref())?, controller))
+        }
+        None => None,
+    };
+    bench_rust(runtime, args)?;
+    if let Some((binary, controller)) = go {
+        bench_go(runtime, args, binary, controller)?;
+    }
+    Ok(())
+}
+
+/// One run of the Rust operator, recorded in `target/bench/<run>.json`.
+fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
+    let op = args.operator;
+    println!(
+        "==> bench operator: {} with {} objects ({} replicas){}{}",
+        op.name(),
+        args.objects,
+        args.replicas,
+        if args.stranger_pods > 0 {
+            format!(", beside {} stranger pods", args.stranger_pods)
+        } else {
+            String::new()
+        },
+        if args.namespaces > 1 {
+            format!(", in {} namespaces", args.namespaces)
+        } else {
+            String::new()
+        }
+    );
+    // The binary the image ships (static, release): what runs in a cluster, so what
+    // is measured. It maps no shared libraries, which are 2 MiB of a dynamic build's RSS.
+    let binary = crate::commands::image::build_binary(op.crate_name())?;
+    ensure!(binary.is_file(), "{} was not built", binary.display());
+    let kubeconfig = cluster::up()?;
+    // `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
+    local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
+    let sa_kubeconfig = service_account_kubeconfig(op, &kubeconfig)?;
+    let proxy_kubeconfig = proxy_kubeconfig_path(op, "")?;
+    let result = runtime.block_on(async {
+        let client = xtask::support::kubeconfig::client_from(&kubeconfig).await?;
+        // Through the counting proxy, as the Go original: the same hop, the same count,
+        // and no request log to write. The proxy sends on with the ServiceAccount's token.
+        let launcher = Launcher::Rust {
+            binary,
+            proxy: counting_proxy(&sa_kubeconfig, &proxy_kubeconfig).await?,
+            kubeconfig: proxy_kubeconfig.clone(),
+        };
+        run::bench(args, &launcher, StatusShape::Conditions, &client).await
+    });
+    let _ = fs::remove_file(&sa_kubeconfig);
+    let _ = fs::remove_file(&proxy_kubeconfig);
+    record(
+        &result?,
+        &run_name(op, args.objects, args.stranger_pods, args.namespaces),
+    )
+}
+
+/// One run of the Go original (`-controller <controller>`), recorded in
+/// `target/bench/<run>-go.json`. The counting proxy sends its requests on with the admin
+/// credentials: the Rust operators' RBAC in `deploy/` is not written for it.
+fn bench_go(
+    runtime: &tokio::runtime::Runtime,
+    args: &OperatorArgs,
+    binary: PathBuf,
+    controller: &'static str,
+) -> Result<()> {
+    let op = args.operator;
+    println!(
+        "==> bench operator: the Go original of {} ({}) with {} objects ({} replicas)",
+        op.name(),
+        binary.display(),
+        args.objects,
+        args.replicas
+    );
+    let kubeconfig = cluster::up()?;
+    local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
+    let shape = match op {
+        Operator::Memcached => StatusShape::GoMemcached,
+        _ => StatusShape::GoPodSet,
+    };
+    let proxy_kubeconfig = proxy_kubeconfig_path(op, "-go")?;
+    let result = runtime.block_on(async {
+        let client = xtask::support::kubeconfig::client_from(&kubeconfig).await?;
+        let launcher = Launcher::Go {
+            binary,
+            controller,
+            proxy: counting_proxy(&kubeconfig, &proxy_kubeconfig).await?,
+            kubeconfig: proxy_kubeconfig.clone(),
+        };
+        run::bench(args, &launcher, shape, &client).await
+    });
+    let _ = fs::remove_file(&proxy_kubeconfig);
+    record(
+        &result?,
+        &format!(
+            "{}-go",
+            run_name(op, args.objects, args.stranger_pods, args.namespaces)
+        ),
+    )
+}
+
+/// Writes `target/bench/<name>.json` and prints the run's line.
+fn record(outcome: &record::RunRecord, name: &str) -> Result<()> {
+    let path = out_dir()?.join(format!("{name}.json"));
+    fs::write(&path, outcome.to_json()?).with_context(|| format!("writing {}", path.display()))?;
+    println!("{}", report::one_line(outcome));
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// kubectl (the cluster's own when built) with the admin kubeconfig.
+fn admin_kubectl(kubeconfig: &Path) -> Kubectl {
+    Kubectl::new(cluster::build::kubectl_or_path()).with_kubeconfig(kubeconfig)
+}
+
+/// A counting proxy sending on with the credentials of `upstream` (a kubeconfig), and at
+/// `kubeconfig` the kubeconfig that points at it.
+async fn counting_proxy(
+    upstream: &Path,
+    kubeconfig: &Path,
+) -> Result<std::sync::Arc<proxy::CountingProxy>> {
+    let proxy = proxy::CountingProxy::start(upstream).await?;
+    proxy.write_kubeconfig(kubeconfig)?;
+    Ok(std::sync::Arc::new(proxy))
+}
+
+/// Where the kubeconfig pointing at a run's counting proxy goes (`suffix`: `-go` or none).
+fn proxy_kubeconfig_path(op: Operator, suffix: &str) -> Result<PathBuf> {
+    Ok(out_dir()?.join("logs").join(format!(
+        "{}{suffix}-proxy-{}.kubeconfig",
+        op.name(),
+        std::process::id()
+    )))
+}
+
+/// A kubeconfig with a fresh token of the operator's ServiceAccount.
+fn service_account_kubeconfig(op: Operator, admin: &Path) -> Result<PathBuf> {
+    let path =
+        out_dir()?
+            .join("logs")
+            .join(format!("{}-{}.kubeconfig", op.name(), std::process::id()));
+    local_operator::service_account_kubeconfig(
+        &admin_kubectl(admin),
+        &format!("{}-system", op.crate_name()),
+        op.crate_name(),
+        "2h",
+        None,
+        &path,
+    )?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+    use kube::core::DynamicObject;
+
+    #[test]
+    fn standard_set_covers_every_operator() {
+        let set = standard_set();
+        for op in Operator::ALL {
+            assert!(set.contains(&(op, 100, 0)));
+        }
+        assert!(set.contains(&(Operator::Podset, 1000, 0)));
+        assert!(set.contains(&(Operator::Memcached, 1000, 0)));
+        assert!(set.contains(&(Operator::Podset, 100, 5000)));
+        assert_eq!(run_name(Operator::Podset, 100, 0, 1), "podset-100");
+        assert_eq!(
+            run_name(Operator::Podset, 100, 5000, 1),
+            "podset-100-strangers-5000"
+        );
+        assert_eq!(
+            run_name(Operator::Memcached, 1000, 0, 10),
+            "memcached-1000-namespaces-10"
+        );
+    }
+
+    #[test]
+    fn objects_parse() -> Result<()> {
+        for op in Operator::ALL {
+            let obj: DynamicObject = serde_json::from_value(op.object("x-0001", 3, 31000))?;
+            assert_eq!(obj.name_any(), "x-0001");
+            assert!(op.change(3).0["spec"].is_object());
+        }
+        Ok(())
+    }
+}
