@@ -62,6 +62,15 @@ impl Problem {
         }
     }
 
+    /// The object in the way, when that is the problem.
+    #[must_use]
+    pub fn name_conflict(&self) -> Option<&NameConflict> {
+        match self {
+            Problem::NameConflict(c) => Some(c),
+            Problem::Refused(_) => None,
+        }
+    }
+
     /// What to tell the user: the object in the way, or the API server's message.
     #[must_use]
     pub fn message(&self) -> String {

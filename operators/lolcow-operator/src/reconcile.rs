@@ -10,20 +10,16 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::Service},
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
-};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
 use kube::{
-    Api, Resource, ResourceExt,
+    Resource, ResourceExt,
     runtime::{Controller, controller::Action, watcher},
 };
 use shared::{
     ErrorBackoff, Scope, Toolkit,
-    apply::{apply, owner_reference},
+    children::{Children, Outcome, Problem},
     conditions,
     namespaces::ScopedStores,
-    ownership::{Claim, claim, leftover_gone, leftover_recheck},
     slim::Slim,
 };
 
@@ -140,56 +136,44 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
         ctx.refused.succeeded(&key);
         return Ok(Action::await_change());
     }
-    let client = ctx.toolkit.client.clone();
-    let manager = ctx.toolkit.operator.name;
-    let owner = owner_reference(lc.as_ref())?;
+    let mut children = Children::new(&ctx.toolkit.client, ctx.toolkit.operator.name, lc.as_ref())?;
+    let owner = children.owner();
 
+    // The web app. The API server refusing it is an error, retried with backoff.
+    let dep = desired::desired_deployment(&lc, owner.clone(), &ctx.image);
+    let dep = children
+        .apply(&dep, ctx.deployments.find(&ns, &name))
+        .await?;
+    if let Outcome::Problem(Problem::Refused(refusal)) = dep.outcome {
+        return Err(refusal.into_error().into());
+    }
+
+    // The NodePort Service: a 422 (the port taken, out of range) is a condition.
+    let svc = desired::desired_service(&lc, owner);
+    let svc = children.apply(&svc, ctx.services.find(&ns, &name)).await?;
+    if children.namespace_terminating() {
+        return Ok(Action::await_change());
+    }
+    let mut problem = match &svc.outcome {
+        Outcome::Problem(Problem::Refused(refusal)) => {
+            match ChildProblem::from_rejection(refusal.code(), refusal.message()) {
+                Some(problem) => Some(problem),
+                None => return Err(refusal.clone().into_error().into()),
+            }
+        }
+        _ => None,
+    };
     // Names held by objects this Lolcow does not control are never written to.
-    let mut conflicts = Vec::new();
-    let mut leftover = false;
-
-    // The web app.
-    let dep_api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let cached_dep = ctx.deployments.find_full(&ns, &name)?;
-    let dep = match claim(&dep_api, &name, cached_dep, &owner).await? {
-        Claim::Conflict(c) => {
-            tracing::debug!(conflict = %c, "deployment name taken");
-            conflicts.push(c);
-            None
-        }
-        Claim::Leftover => {
-            tracing::info!("waiting for the Deployment of an earlier Lolcow to go");
-            leftover = true;
-            None
-        }
-        Claim::Free => write_deployment(&lc, ctx.as_ref(), &dep_api, owner.clone(), None).await?,
-        Claim::Ours(existing) => {
-            write_deployment(&lc, ctx.as_ref(), &dep_api, owner.clone(), Some(existing)).await?
-        }
-    };
-
-    // The NodePort Service.
-    let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let cached_svc = ctx.services.find_full(&ns, &name)?;
-    let (svc, mut problem) = match claim(&svc_api, &name, cached_svc, &owner).await? {
-        Claim::Conflict(c) => {
-            tracing::debug!(conflict = %c, "service name taken");
-            conflicts.push(c);
-            (None, None)
-        }
-        Claim::Leftover => {
-            tracing::info!("waiting for the Service of an earlier Lolcow to go");
-            leftover = true;
-            (None, None)
-        }
-        Claim::Free => write_service(&lc, manager, &svc_api, owner, None).await?,
-        Claim::Ours(existing) => {
-            write_service(&lc, manager, &svc_api, owner, Some(existing)).await?
-        }
-    };
+    let conflicts: Vec<_> = children
+        .problems()
+        .iter()
+        .filter_map(Problem::name_conflict)
+        .cloned()
+        .collect();
     if !conflicts.is_empty() {
         problem = Some(ChildProblem::name_conflict(&conflicts));
     }
+    let (dep, svc) = (dep.into_object()?, svc.into_object()?);
 
     // What is served, in the status; an event when Ready changes.
     let new_status = status::status(
@@ -210,79 +194,11 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(Action::requeue(ctx.refused.failed(&key)));
     }
     ctx.refused.succeeded(&key);
-    if leftover {
-        // A leftover whose labels were removed is out of the watch: its deletion
-        // announces nothing.
-        return Ok(Action::requeue(leftover_recheck(lc.as_ref())));
-    }
-    leftover_gone(lc.as_ref());
-    Ok(Action::await_change())
-}
-
-/// Applies the web app's Deployment unless `cached` (ours) is in sync; logs what changed.
-/// Returns the Deployment as it now is.
-async fn write_deployment(
-    lc: &Lolcow,
-    ctx: &Context,
-    api: &Api<Deployment>,
-    owner: OwnerReference,
-    cached: Option<Deployment>,
-) -> Result<Option<Deployment>, Error> {
-    let desired_dep = desired::desired_deployment(lc, owner, &ctx.image);
-    let manager = ctx.toolkit.operator.name;
-    let applied = apply(api, manager, &desired_dep, cached.as_ref()).await?;
-    let new_greeting = desired::greeting(lc);
-    let old_greeting = cached.as_ref().and_then(desired::configured_greeting);
-    match (&applied, old_greeting) {
-        (Some(_), Some(old)) if old != new_greeting => {
-            tracing::info!(old = %old, new = %new_greeting, "new greeting");
-        }
-        (Some(_), None) if cached.is_none() => {
-            tracing::info!(greeting = %new_greeting, "web app deployment created");
-        }
-        (Some(_), _) => tracing::info!("web app deployment repaired"),
-        (None, _) => tracing::debug!("web app deployment in sync"),
-    }
-    Ok(applied.or(cached))
-}
-
-/// Applies the NodePort Service unless `cached` (ours) is in sync. Returns the Service as
-/// it now is, and the API server's refusal when it refused (a NodePort taken, out of range).
-async fn write_service(
-    lc: &Lolcow,
-    manager: &str,
-    api: &Api<Service>,
-    owner: OwnerReference,
-    cached: Option<Service>,
-) -> Result<(Option<Service>, Option<ChildProblem>), Error> {
-    let desired_svc = desired::desired_service(lc, owner);
-    let old_port = cached.as_ref().and_then(desired::node_port);
-    match apply(api, manager, &desired_svc, cached.as_ref()).await {
-        Ok(Some(applied)) => {
-            match old_port {
-                Some(old) if old != lc.spec.port => {
-                    tracing::info!(old, new = lc.spec.port, "new port");
-                }
-                Some(_) => tracing::info!("service repaired"),
-                None => tracing::info!(port = lc.spec.port, "service created"),
-            }
-            Ok((Some(applied), None))
-        }
-        Ok(None) => {
-            tracing::debug!("service in sync");
-            Ok((cached, None))
-        }
-        Err(shared::Error::Kube(kube::Error::Api(s))) => {
-            match ChildProblem::from_rejection(s.code, &s.message) {
-                Some(problem) => {
-                    tracing::debug!(reason = problem.reason, message = %problem.message, "service refused");
-                    Ok((cached, Some(problem)))
-                }
-                None => Err(shared::Error::Kube(kube::Error::Api(s)).into()),
-            }
-        }
-        Err(e) => Err(e.into()),
-    }
+    // A leftover whose labels were removed is out of the watch: its deletion announces
+    // nothing.
+    Ok(children
+        .leftover_recheck()
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 #[cfg(test)]

@@ -10,15 +10,14 @@ use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
-    Api, ResourceExt,
+    ResourceExt,
     runtime::{Controller, controller::Action, events::EventType, watcher},
 };
 use shared::{
     ErrorBackoff, Scope, Toolkit,
-    apply::{apply, namespace_terminating, owner_reference},
+    children::{Children, Claimed},
     conditions,
     namespaces::ScopedStores,
-    ownership::{Claim, claim, leftover_gone, leftover_recheck},
     slim::Slim,
 };
 
@@ -182,48 +181,35 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         ctx.forget(&pc);
         return Ok(Action::await_change());
     }
-    let client = ctx.toolkit.client.clone();
     let name = desired::deployment_name(&pc);
-    let owner = owner_reference(pc.as_ref())?;
-    let cached = ctx.deployments.find_full(&ns, &name)?;
-    let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let manager = ctx.toolkit.operator.name;
+    let mut children = Children::new(&ctx.toolkit.client, ctx.toolkit.operator.name, pc.as_ref())?;
     let now = conditions::now();
     let mut scaling = None;
     let mut replicas = pc.spec.replicas;
-    let mut leftover = false;
-    let (deployment, problem) = match claim(&api, &name, cached, &owner).await? {
-        // Someone else's Deployment has the name: never written, reported.
-        Claim::Conflict(conflict) => {
-            tracing::debug!(%conflict, "deployment name taken");
-            ctx.forget(&pc);
-            (None, Some(Problem::name_conflict(&conflict)))
-        }
-        // The Deployment of a deleted PulsarConsumer of the same name: garbage collection
-        // removes it, and its deletion triggers a reconcile if it still carries our label;
-        // the requeue below covers one whose label was removed.
-        Claim::Leftover => {
-            tracing::info!(deployment = %name, "waiting for the Deployment of an earlier PulsarConsumer to go");
-            leftover = true;
-            (None, None)
-        }
-        Claim::Free => {
-            scaling = autoscale(&pc, &ctx, None, now);
+    // The replica count depends on the Deployment holding the name: claimed first.
+    let deployment = match children
+        .claim(&name, ctx.deployments.find(&ns, &name))
+        .await?
+    {
+        Claimed::Writable(slot) => {
+            scaling = autoscale(&pc, &ctx, slot.current(), now);
             replicas = scaling
                 .as_ref()
                 .map_or(replicas, |(s, _)| s.decision.replicas);
-            let want = desired::desired_deployment(&pc, owner.clone(), &ctx.image, replicas);
-            write(&api, manager, &want, None).await?
+            let want = desired::desired_deployment(&pc, children.owner(), &ctx.image, replicas);
+            children.write(slot, &want).await?
         }
-        Claim::Ours(existing) => {
-            scaling = autoscale(&pc, &ctx, Some(&existing), now);
-            replicas = scaling
-                .as_ref()
-                .map_or(replicas, |(s, _)| s.decision.replicas);
-            let want = desired::desired_deployment(&pc, owner.clone(), &ctx.image, replicas);
-            write(&api, manager, &want, Some(existing)).await?
+        // Someone else's Deployment has the name (never written, reported), or the
+        // Deployment of a deleted PulsarConsumer of the same name is still there.
+        Claimed::Blocked(blocked) => {
+            if blocked.is_problem() {
+                ctx.forget(&pc);
+            }
+            blocked
         }
     };
+    let problem = children.problems().first().map(Problem::from);
+    let deployment = deployment.into_object()?;
     let new_status = status::with_scaling(
         status::status(&pc, deployment.as_ref(), problem.as_ref(), replicas, now),
         pc.status.as_ref(),
@@ -256,11 +242,13 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             Ok(Action::requeue(ctx.conflicts.failed(&key)))
         }
         Some(p) => Err(Error::Rejected(p.message)),
-        None if leftover => Ok(Action::requeue(leftover_recheck(pc.as_ref()))),
         None => {
-            ctx.conflicts.succeeded(&key);
-            leftover_gone(pc.as_ref());
-            Ok(Action::await_change())
+            // A leftover whose label was removed is out of the watch: looked at again.
+            let recheck = children.leftover_recheck();
+            if recheck.is_none() {
+                ctx.conflicts.succeeded(&key);
+            }
+            Ok(recheck.map_or_else(Action::await_change, Action::requeue))
         }
     }
 }
@@ -412,31 +400,6 @@ fn scale_note(from: i32, s: &Scaling) -> String {
         ),
     };
     format!("scaled the consumers from {from} to {to}: {backlog}; {why}")
-}
-
-/// Server-side applies `want` unless `cached` (ours) already matches. A refusal by the API
-/// server (quota, admission) is returned as a [`Problem`], not an error.
-async fn write(
-    api: &Api<Deployment>,
-    manager: &str,
-    want: &Deployment,
-    cached: Option<Deployment>,
-) -> Result<(Option<Deployment>, Option<Problem>), Error> {
-    let name = want.name_any();
-    match apply(api, manager, want, cached.as_ref()).await {
-        Ok(Some(applied)) => {
-            tracing::info!(deployment = %name, "applied the Deployment");
-            Ok((Some(applied), None))
-        }
-        Ok(None) => Ok((cached, None)),
-        // A namespace being deleted refuses new objects; nothing to do.
-        Err(shared::Error::Kube(e)) if namespace_terminating(&e) => Ok((cached, None)),
-        Err(shared::Error::Kube(kube::Error::Api(s))) if matches!(s.code, 403 | 422) => {
-            tracing::warn!(deployment = %name, reason = %s.message, "the Deployment was refused");
-            Ok((cached, Some(Problem::rejected(&s.message))))
-        }
-        Err(e) => Err(e.into()),
-    }
 }
 
 #[cfg(test)]

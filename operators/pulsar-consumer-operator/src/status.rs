@@ -51,6 +51,16 @@ impl Problem {
     }
 }
 
+impl From<&shared::children::Problem> for Problem {
+    /// The Deployment's name held by someone else's, or the API server refusing it.
+    fn from(problem: &shared::children::Problem) -> Self {
+        match problem {
+            shared::children::Problem::NameConflict(c) => Self::name_conflict(c),
+            shared::children::Problem::Refused(r) => Self::rejected(r.message()),
+        }
+    }
+}
+
 /// Whether the Deployment controller has seen `deployment`'s latest spec.
 fn seen(deployment: &Deployment) -> bool {
     let observed = deployment
