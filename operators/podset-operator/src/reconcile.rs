@@ -9,7 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{Patch, PatchParams, Preconditions},
     runtime::{
         Controller,
         controller::Action,
@@ -19,7 +19,8 @@ use kube::{
 };
 use shared::{
     Scope, Toolkit,
-    apply::{controller_uid, is_controlled_by, namespace_terminating, owner_reference},
+    apply::{controller_uid, is_controlled_by},
+    children::{self, Children, Problem},
     conditions,
     namespaces::ScopedStores,
     slim::SlimPod,
@@ -224,31 +225,26 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
 
     let cached = |name: &str| cached_state(&owned, name);
     let satisfied = ctx.expectations.satisfied(&uid, cached, Instant::now());
-    let mut scaled = Scaled::default();
+    let mut children = Children::new(&ctx.toolkit.client, ctx.toolkit.operator.name, ps.as_ref())?;
+    let mut acted = false;
     if satisfied {
         let plan = desired::plan(&ps, &active);
-        scaled.acted = plan.create > 0 || !plan.delete.is_empty();
+        acted = plan.create > 0 || !plan.delete.is_empty();
         if plan.create > 0 {
-            match create_missing(&ps, &ns, &uid, plan.create, &pod_api, &ctx).await? {
-                Created::All => {}
-                Created::Refused(message) => scaled.create_error = Some(message),
+            create_missing(&ps, &ns, &uid, plan.create, &mut children, &ctx).await?;
+            if children.namespace_terminating() {
                 // A namespace being deleted refuses new pods; nothing to do.
-                Created::NamespaceTerminating => return Ok(Action::await_change()),
+                return Ok(Action::await_change());
             }
         }
         delete_extra(&uid, &plan.delete, &active, &pod_api, &ctx).await?;
     }
 
-    let writes_pending = !satisfied || scaled.acted;
-    update_status(
-        &ps,
-        &active,
-        writes_pending,
-        scaled.create_error.as_deref(),
-        &ctx,
-    )
-    .await?;
-    if let Some(msg) = scaled.create_error {
+    // Why the API server refused to create pods, if it did.
+    let create_error = children.problems().first().map(Problem::message);
+    let writes_pending = !satisfied || acted;
+    update_status(&ps, &active, writes_pending, create_error.as_deref(), &ctx).await?;
+    if let Some(msg) = create_error {
         return Err(Error::CreatePods(msg));
     }
     if !satisfied {
@@ -256,26 +252,6 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(Action::requeue(ctx.expectations.timeout()));
     }
     Ok(Action::await_change())
-}
-
-/// What the scaling step of [`reconcile`] did.
-#[derive(Debug, Default)]
-struct Scaled {
-    /// Whether it planned any create or delete (the status then says writes are pending).
-    acted: bool,
-    /// Why the API server refused to create pods, if it did.
-    create_error: Option<String>,
-}
-
-/// How [`create_missing`] ended.
-#[derive(Debug)]
-enum Created {
-    /// Every pod was created.
-    All,
-    /// The API server refused a pod (quota, admission, invalid image name): the message.
-    Refused(String),
-    /// The namespace is being deleted.
-    NamespaceTerminating,
 }
 
 /// Whether pod `name` is in the cache of the PodSet's pods (`owned`), and terminating.
@@ -304,69 +280,40 @@ fn active_pods<'a>(owned: &'a [Arc<SlimPod>], returned: &'a [SlimPod]) -> Vec<&'
 /// through every 31 pods rather than holding its slot for all 500.
 pub const MAX_CREATES_PER_RECONCILE: usize = 31;
 
-/// Creates `count` pods (at most [`MAX_CREATES_PER_RECONCILE`]) for the PodSet (`ns`,
-/// `uid`), telling the expectations of each, in batches of 1, 2, 4, 8 and 16 sent at once
-/// (the ReplicaSet controller's slow start: a refused create costs one request, not
-/// `count`, and a burst goes out in a few round trips instead of one per pod); stops after
-/// the batch in which the API server refused one.
+/// Creates `count` pods (at most [`MAX_CREATES_PER_RECONCILE`]) for the PodSet `ps`
+/// (`ns`, `uid`) in the kit's slow-start batches ([`Children::create`]: 1, 2, 4, 8 and 16
+/// sent at once, none after a batch with a refusal), telling the expectations of each; a
+/// refusal is among the children's problems.
 async fn create_missing(
     ps: &PodSet,
     ns: &str,
     uid: &str,
     count: usize,
-    api: &Api<Pod>,
+    children: &mut Children<'_, PodSet>,
     ctx: &Context,
-) -> Result<Created, Error> {
+) -> Result<(), Error> {
     let count = count.min(MAX_CREATES_PER_RECONCILE);
     tracing::info!(create = count, "scaling up");
-    let owner = owner_reference(ps)?;
-    let pod = desired::desired_pod(ps, owner, &ctx.default_image);
-    let params = PostParams {
-        field_manager: Some(ctx.toolkit.operator.name.to_owned()),
-        ..PostParams::default()
+    let pod = desired::desired_pod(ps, children.owner(), &ctx.default_image);
+    let cached = |n: &str| match ctx.pods.find(ns, n) {
+        None => Cached::Absent,
+        Some(_) => Cached::Present,
     };
-    let (mut left, mut batch) = (count, 1);
-    while left > 0 {
-        let size = batch.min(left);
-        let created = futures::future::join_all((0..size).map(|_| api.create(&params, &pod))).await;
-        let mut ended = None;
-        for result in created {
-            match result {
-                Ok(created) => ctx.expectations.created(
-                    uid,
-                    &created.name_any(),
-                    |n| match ctx.pods.find(ns, n) {
-                        None => Cached::Absent,
-                        Some(_) => Cached::Present,
-                    },
-                    Instant::now(),
-                ),
-                Err(e) if namespace_terminating(&e) => {
-                    ended.get_or_insert(Ok(Created::NamespaceTerminating));
-                }
-                Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
-                    ended.get_or_insert(Ok(Created::Refused(s.message)));
-                }
-                Err(e) => {
-                    ended.get_or_insert(Err(e.into()));
-                }
-            }
-        }
-        if let Some(ended) = ended {
-            return ended;
-        }
-        left -= size;
-        batch *= 2;
-    }
-    Ok(Created::All)
+    children
+        .create(&pod, count, |created: Pod| {
+            ctx.expectations
+                .created(uid, &created.name_any(), cached, Instant::now());
+        })
+        .await?;
+    Ok(())
 }
 
 /// Deletes the pods `names` of the PodSet `uid`, telling the expectations first; a pod
 /// already gone is fine.
 ///
-/// Each delete carries the UID of the pod the cache showed (`active`) as a precondition:
-/// if that pod was deleted and someone else's pod took its name meanwhile, the API server
-/// refuses (409) and the newcomer is left alone.
+/// Each delete carries the UID of the pod the cache showed (`active`) as a precondition
+/// ([`children::delete`]): if that pod was deleted and someone else's pod took its name
+/// meanwhile, the API server refuses (409) and the newcomer is left alone.
 async fn delete_extra(
     uid: &str,
     names: &[String],
@@ -377,25 +324,17 @@ async fn delete_extra(
     for name in names {
         tracing::info!(pod = %name, "scaling down: deleting pod");
         ctx.expectations.deleting(uid, name, Instant::now());
-        let params = DeleteParams {
-            preconditions: active
+        let same_pod = Preconditions {
+            uid: active
                 .iter()
                 .find(|p| p.name_any() == *name)
-                .and_then(|p| p.uid())
-                .map(|pod_uid| Preconditions {
-                    uid: Some(pod_uid),
-                    resource_version: None,
-                }),
-            ..DeleteParams::default()
+                .and_then(|p| p.uid()),
+            resource_version: None,
         };
-        match api.delete(name, &params).await {
-            Ok(_) => {}
-            // Gone, or another pod now holds the name: ours is gone either way.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => {
-                ctx.expectations.delete_failed(uid, name);
-                return Err(e.into());
-            }
+        // Gone, or another pod now holds the name: ours is gone either way.
+        if let Err(e) = children::delete(api, name, same_pod).await {
+            ctx.expectations.delete_failed(uid, name);
+            return Err(e.into());
         }
     }
     Ok(())
