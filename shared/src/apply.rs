@@ -1,6 +1,9 @@
 //! Writing children and status: server-side apply under one field manager per operator,
 //! skipped when the cached object already holds every field we manage (level-based: an
 //! object in sync costs no write), and status patches only when the status changed.
+//!
+//! An operator writes its children through the `children` kit, which calls the apply of
+//! this module; what it uses here is the labels and the owner reference of a child.
 
 use std::collections::BTreeMap;
 
@@ -97,7 +100,7 @@ pub fn is_subset(desired: &Value, actual: &Value) -> bool {
 /// # Errors
 /// [`Error::Kube`] when the patch fails; [`Error::Serialize`]/[`Error::MissingMetadata`] for
 /// a malformed `desired`.
-pub async fn apply<K>(
+pub(crate) async fn apply<K>(
     api: &Api<K>,
     field_manager: &str,
     desired: &K,
@@ -122,7 +125,7 @@ where
 ///
 /// # Errors
 /// As [`apply`].
-pub async fn apply_scalable<K>(
+pub(crate) async fn apply_scalable<K>(
     api: &Api<K>,
     field_manager: &str,
     desired: &K,

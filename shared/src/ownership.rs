@@ -2,11 +2,12 @@
 //! its name is looked at, and only a child controlled by this very custom resource (its
 //! controller owner reference carries the custom resource's UID) is written to.
 //!
-//! [`decide`] is the pure decision; [`claim`] finds the object (the label-filtered cache
-//! first, one GET only when the cache does not show the name) and decides.
+//! [`decide`] is the pure decision; `claim` (what the `children` kit calls before it
+//! writes a child) finds the object (the label-filtered cache first, one GET only when the
+//! cache does not show the name) and decides.
 //!
-//! A [`Claim::Leftover`] is looked at again later ([`leftover_recheck`]), less and less
-//! often while it stays.
+//! A [`Claim::Leftover`] is looked at again later (`leftover_recheck`, through
+//! `Children::leftover_recheck`), less and less often while it stays.
 
 use std::{
     fmt::Debug,
@@ -86,13 +87,13 @@ fn key_of<K: Resource>(obj: &K) -> String {
 /// before its next reconcile looks again (`Action::requeue` of this). 5 s the first time,
 /// doubling with each reconcile that still finds one, up to 5 minutes.
 #[must_use]
-pub fn leftover_recheck<K: Resource>(obj: &K) -> Duration {
+pub(crate) fn leftover_recheck<K: Resource>(obj: &K) -> Duration {
     LEFTOVERS.still_there(&key_of(obj), Instant::now())
 }
 
 /// The custom resource `obj` was reconciled and found no leftover: a later one is looked at
 /// after 5 s again. Costs nothing while no custom resource waits on a leftover.
-pub fn leftover_gone<K: Resource>(obj: &K) {
+pub(crate) fn leftover_gone<K: Resource>(obj: &K) {
     if !LEFTOVERS.is_empty() {
         LEFTOVERS.gone(&key_of(obj));
     }
@@ -186,7 +187,7 @@ where
 ///
 /// # Errors
 /// [`kube::Error`] when the GET fails.
-pub async fn claim<C>(
+pub(crate) async fn claim<C>(
     api: &Api<C>,
     name: &str,
     cached: Option<Arc<C>>,
