@@ -659,15 +659,18 @@ mod tests {
     };
     use serde_json::{Value, json};
 
-    /// An API server answering from a script: (code, body), or `None` to echo the request.
+    /// One answer: (code, body), or `None` to echo the request.
+    type Reply = Option<(u16, Value)>;
+
+    /// An API server answering from a script.
     #[derive(Clone, Default)]
     struct Script {
-        replies: Arc<Mutex<VecDeque<Option<(u16, Value)>>>>,
+        replies: Arc<Mutex<VecDeque<Reply>>>,
         seen: Arc<Mutex<Vec<(String, Value)>>>,
     }
 
     impl Script {
-        fn new(replies: impl IntoIterator<Item = Option<(u16, Value)>>) -> Self {
+        fn new(replies: impl IntoIterator<Item = Reply>) -> Self {
             let script = Script::default();
             script.replies.lock().unwrap().extend(replies);
             script
@@ -724,11 +727,11 @@ mod tests {
         serde_json::to_value(kube::core::Status::failure(message, reason).with_code(code)).unwrap()
     }
 
-    fn error(code: u16, message: &str) -> Option<(u16, Value)> {
+    fn error(code: u16, message: &str) -> Reply {
         Some((code, failure(code, message)))
     }
 
-    const ECHO: Option<(u16, Value)> = None;
+    const ECHO: Reply = None;
     const TERMINATING: &str = "services \"moo\" is forbidden: unable to create new content in namespace ns because it is being terminated";
     const SERVICE: &str = "/api/v1/namespaces/ns/services/moo";
     const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/ns/deployments/moo";
