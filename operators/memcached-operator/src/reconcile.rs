@@ -371,7 +371,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{memcached, mocked_client};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use shared_testing::{Reply, Scripted, assert_events, toolkit};
+    use shared_testing::{Reply, Scripted, assert_events, cache, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
@@ -555,6 +555,164 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+    }
+
+    /// Reconciles `mc` with `deployments`, `services` and `policies` in the caches.
+    async fn run_cached(
+        mc: Memcached,
+        deployments: Vec<Deployment>,
+        services: Vec<Service>,
+        policies: Vec<NetworkPolicy>,
+        replies: Vec<Reply>,
+    ) -> (Result<Action, Error>, Scripted) {
+        let context = |client: kube::Client| {
+            let ctx = Context::new(toolkit(client.clone(), OPERATOR), None);
+            cache(&ctx.deployments, &client, deployments);
+            cache(&ctx.services, &client, services);
+            cache(&ctx.network_policies, &client, policies);
+            ctx
+        };
+        reconcile_scripted(mc, replies, context, reconcile).await
+    }
+
+    /// The children `mc` wants, as the cache shows them once written.
+    fn in_sync(mc: &Memcached) -> (Vec<Deployment>, Vec<Service>) {
+        let owner = shared::apply::owner_reference(mc).unwrap();
+        (
+            vec![desired::desired_deployment(
+                mc,
+                owner.clone(),
+                DEFAULT_IMAGE,
+            )],
+            vec![desired::desired_service(mc, owner)],
+        )
+    }
+
+    /// Whether a request of `api` wrote a child (anything but the status and events).
+    fn child_writes(api: &Scripted) -> Vec<String> {
+        api.lines()
+            .into_iter()
+            .filter(|l| !l.starts_with("GET") && !l.contains("/status") && !l.contains("/events"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn children_in_sync_cost_no_request() {
+        let mc = with_finalizer();
+        let (deployments, services) = in_sync(&mc);
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(mc, deployments, services, vec![], replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(
+            api.lines()[0],
+            format!("PATCH {MEMCACHED}/status"),
+            "{:?}",
+            api.lines()
+        );
+        assert!(child_writes(&api).is_empty(), "{:?}", api.lines());
+    }
+
+    #[tokio::test]
+    async fn a_leftover_service_is_waited_for_and_looked_at_again() {
+        let mc = with_finalizer();
+        let (deployments, mut services) = in_sync(&mc);
+        // The Service of an earlier Memcached `cache`.
+        services[0].metadata.owner_references.as_mut().unwrap()[0].uid = "uid-0".into();
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(mc, deployments, services, vec![], replies).await;
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(shared::ownership::LEFTOVER_RECHECK)
+        );
+        assert!(child_writes(&api).is_empty(), "{:?}", api.lines());
+        let status = &api.seen()[0].body["status"];
+        let available = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Available")
+            .unwrap();
+        assert_eq!(available["reason"], status::REASON_SERVICE_NOT_OWNED);
+        // The next reconcile that finds none starts the schedule over.
+        let mc = with_finalizer();
+        let (deployments, services) = in_sync(&mc);
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, _) = run_cached(mc, deployments, services, vec![], replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+    }
+
+    #[tokio::test]
+    async fn a_service_name_held_by_a_stranger_is_degraded_and_never_written() {
+        let mc = with_finalizer();
+        let (deployments, mut services) = in_sync(&mc);
+        services[0].metadata.owner_references = None;
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Echo,
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(mc, deployments, services, vec![], replies).await;
+        let Err(Error::Finalizer(e)) = &result else {
+            panic!("{result:?}")
+        };
+        assert!(
+            matches!(e.as_ref(), finalizer::Error::ApplyFailed(Error::Children(m)) if m.starts_with("Service cache exists")),
+            "{e:?}"
+        );
+        assert!(child_writes(&api).is_empty(), "{:?}", api.lines());
+        assert_events(
+            &api,
+            &[("Normal", "ServiceNotOwned"), ("Warning", "NameConflict")],
+        );
+    }
+
+    #[tokio::test]
+    async fn a_namespace_being_deleted_stops_quietly() {
+        let message = "deployments.apps \"cache\" is forbidden: unable to create new content in namespace ns because it is being terminated";
+        let replies = vec![Reply::error(404, "not found"), Reply::error(403, message)];
+        let (result, api) = run(with_finalizer(), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        // Neither the Service nor the status is written.
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT]);
+    }
+
+    #[tokio::test]
+    async fn a_network_policy_no_longer_asked_for_is_deleted_exactly() {
+        let mut with_policy = with_finalizer();
+        with_policy.spec.network_policy = Some(crate::api::MemcachedNetworkPolicy {
+            enabled: true,
+            allowed_namespaces: vec![],
+        });
+        let owner = shared::apply::owner_reference(&with_policy).unwrap();
+        let mut policy = desired::desired_network_policy(&with_policy, owner).unwrap();
+        policy.metadata.uid = Some("policy-uid".into());
+        policy.metadata.resource_version = Some("12".into());
+        let mc = with_finalizer();
+        let (deployments, services) = in_sync(&mc);
+        let replies = vec![
+            Reply::Object(serde_json::json!({"kind": "Status", "status": "Success"})),
+            Reply::Object(serde_json::to_value(&mc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(mc, deployments, services, vec![policy], replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(
+            child_writes(&api),
+            ["DELETE /apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/cache"]
+        );
+        assert_eq!(
+            api.seen()[0].body["preconditions"],
+            serde_json::json!({"uid": "policy-uid", "resourceVersion": "12"})
+        );
     }
 
     #[tokio::test]

@@ -19,7 +19,10 @@ use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
 use kube::{Client, client::Body, core::Status};
 use serde_json::Value;
 
-use shared::{Metrics, WatchNamespaces, events::Events, run::Operator, run::Toolkit};
+use shared::{
+    Metrics, Scope, WatchNamespaces, events::Events, namespaces::ScopedStores, run::Operator,
+    run::Toolkit, slim::Slim,
+};
 
 /// What the scripted API server answers to one request.
 #[derive(Debug, Clone)]
@@ -179,6 +182,26 @@ pub fn toolkit(client: Client, operator: Operator) -> Toolkit {
         watch_namespaces: WatchNamespaces::All,
         status_writes: std::sync::Arc::default(),
     }
+}
+
+/// Fills `stores` with `objects` as a watch of all namespaces would have cached them
+/// (compacted to [`Slim`]): the children a reconcile finds in its cache.
+///
+/// # Panics
+/// When an object does not serialize.
+pub fn cache<K>(
+    stores: &ScopedStores<Slim<K>>,
+    client: &Client,
+    objects: impl IntoIterator<Item = K>,
+) where
+    K: shared::children::ChildKind,
+{
+    let (store, mut writer) = kube::runtime::reflector::store::<Slim<K>>();
+    for object in objects {
+        let slim = Slim::from_full(&object).unwrap_or_else(|e| panic!("{e}"));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(slim));
+    }
+    stores.insert(&Scope::new(client.clone(), None), store);
 }
 
 /// Runs `reconcile` on `object` with the context `context` builds around a client that
