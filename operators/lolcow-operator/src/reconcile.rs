@@ -207,7 +207,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::lolcow;
-    use shared_testing::{Reply, Scripted, reconcile_scripted, toolkit};
+    use shared_testing::{Reply, Scripted, assert_events, cache, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/moo";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/moo";
@@ -318,5 +318,133 @@ mod tests {
             "{result:?}"
         );
         assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+    }
+
+    /// Reconciles `lc` with `deployments` and `services` in the caches.
+    async fn run_cached(
+        lc: Lolcow,
+        deployments: Vec<Deployment>,
+        services: Vec<Service>,
+        replies: Vec<Reply>,
+    ) -> (Result<Action, Error>, Scripted) {
+        let context = |client: kube::Client| {
+            let ctx = Context::new(toolkit(client.clone(), crate::OPERATOR), None);
+            cache(&ctx.deployments, &client, deployments);
+            cache(&ctx.services, &client, services);
+            ctx
+        };
+        reconcile_scripted(lc, replies, context, reconcile).await
+    }
+
+    /// The children `lc` wants, as the cache shows them once written.
+    fn in_sync(lc: &Lolcow) -> (Vec<Deployment>, Vec<Service>) {
+        let owner = shared::apply::owner_reference(lc).unwrap();
+        (
+            vec![desired::desired_deployment(
+                lc,
+                owner.clone(),
+                DEFAULT_IMAGE,
+            )],
+            vec![desired::desired_service(lc, owner)],
+        )
+    }
+
+    #[tokio::test]
+    async fn children_in_sync_cost_no_request() {
+        let lc = lolcow(30080, None);
+        let (deployments, services) = in_sync(&lc);
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&lc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(lc, deployments, services, replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines()[0], STATUS, "only the status: {:?}", api.lines());
+        assert!(
+            api.lines()[1..].iter().all(|l| l == EVENT),
+            "{:?}",
+            api.lines()
+        );
+    }
+
+    #[tokio::test]
+    async fn names_held_by_strangers_are_one_condition_and_never_written() {
+        let lc = lolcow(30080, None);
+        let (mut deployments, mut services) = in_sync(&lc);
+        deployments[0].metadata.owner_references = None;
+        services[0].metadata.owner_references = None;
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&lc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(lc, deployments, services, replies).await;
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(api.lines(), [STATUS, EVENT]);
+        let ready = &api.seen()[0].body["status"]["conditions"][0];
+        assert_eq!(ready["reason"], status::REASON_NAME_CONFLICT);
+        let message = ready["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Deployment moo exists")
+                && message.contains("; Service moo exists"),
+            "{message}"
+        );
+        assert_events(&api, &[("Warning", "NameConflict")]);
+    }
+
+    #[tokio::test]
+    async fn a_leftover_deployment_is_waited_for() {
+        let lc = lolcow(30080, None);
+        let (mut deployments, services) = in_sync(&lc);
+        deployments[0].metadata.owner_references.as_mut().unwrap()[0].uid = "uid-0".into();
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&lc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(lc, deployments, services, replies).await;
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(shared::ownership::LEFTOVER_RECHECK)
+        );
+        assert_eq!(
+            api.lines()[0],
+            STATUS,
+            "no child written: {:?}",
+            api.lines()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_namespace_being_deleted_stops_quietly() {
+        let message = "deployments.apps \"moo\" is forbidden: unable to create new content in namespace ns because it is being terminated";
+        let replies = vec![Reply::error(404, "not found"), Reply::error(403, message)];
+        let (result, api) = run(lolcow(30080, None), replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT]);
+    }
+
+    #[tokio::test]
+    async fn a_refused_deployment_is_an_error() {
+        for code in [403, 422] {
+            let replies = vec![
+                Reply::error(404, "not found"),
+                Reply::error(code, "refused"),
+            ];
+            let (result, api) = run(lolcow(30080, None), replies).await;
+            assert!(
+                matches!(
+                    result,
+                    Err(Error::Shared(shared::Error::Kube(kube::Error::Api(ref s)))) if s.code == code
+                ),
+                "{result:?}"
+            );
+            assert_eq!(
+                api.lines(),
+                [GET_DEPLOYMENT, APPLY_DEPLOYMENT],
+                "nothing after it"
+            );
+        }
     }
 }

@@ -408,7 +408,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::consumer;
-    use shared_testing::{Reply, Scripted, assert_events, reconcile_scripted, toolkit};
+    use shared_testing::{Reply, Scripted, assert_events, cache, reconcile_scripted, toolkit};
 
     const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/orders-deployment";
     const APPLY_DEPLOYMENT: &str =
@@ -497,5 +497,78 @@ mod tests {
             ),
             "{result:?}"
         );
+    }
+
+    /// Reconciles `pc` with `deployment` in the cache.
+    async fn run_cached(
+        pc: PulsarConsumer,
+        deployment: Deployment,
+        replies: Vec<Reply>,
+    ) -> (Result<Action, Error>, Scripted) {
+        let context = |client: kube::Client| {
+            let ctx = Context::new(toolkit(client.clone(), OPERATOR), None);
+            cache(&ctx.deployments, &client, [deployment]);
+            ctx
+        };
+        reconcile_scripted(pc, replies, context, reconcile).await
+    }
+
+    /// The Deployment `pc` wants, as the cache shows it once written.
+    fn in_sync(pc: &PulsarConsumer) -> Deployment {
+        let owner = shared::apply::owner_reference(pc).unwrap();
+        desired::desired_deployment(pc, owner, desired::DEFAULT_IMAGE, pc.spec.replicas)
+    }
+
+    #[tokio::test]
+    async fn a_deployment_in_sync_costs_no_request() {
+        let pc = consumer(1);
+        let deployment = in_sync(&pc);
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&pc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(pc, deployment, replies).await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert_eq!(api.lines()[0], STATUS, "only the status: {:?}", api.lines());
+        assert!(
+            api.lines()[1..].iter().all(|l| l == EVENT),
+            "{:?}",
+            api.lines()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_name_held_by_a_stranger_is_a_condition_looked_at_again() {
+        let pc = consumer(1);
+        let mut deployment = in_sync(&pc);
+        deployment.metadata.owner_references = None;
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&pc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(pc, deployment, replies).await;
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(api.lines(), [STATUS, EVENT], "never written");
+        assert_events(&api, &[("Warning", "NameConflict")]);
+    }
+
+    #[tokio::test]
+    async fn a_leftover_deployment_is_waited_for() {
+        let pc = consumer(1);
+        let mut deployment = in_sync(&pc);
+        deployment.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-0".into();
+        let replies = vec![
+            Reply::Object(serde_json::to_value(&pc).unwrap()),
+            Reply::Echo,
+        ];
+        let (result, api) = run_cached(pc, deployment, replies).await;
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(shared::ownership::LEFTOVER_RECHECK)
+        );
+        assert_eq!(api.lines()[0], STATUS, "never written: {:?}", api.lines());
     }
 }
