@@ -71,7 +71,7 @@ pub fn controller_uid<C: Resource>(child: &C) -> Option<String> {
 /// `actual` are fine: defaults and other managers' fields). Arrays: same length, matching
 /// element by element. `null` in `desired` matches a missing key. Scalars: equal.
 #[must_use]
-pub fn is_subset(desired: &Value, actual: &Value) -> bool {
+pub(crate) fn is_subset(desired: &Value, actual: &Value) -> bool {
     match (desired, actual) {
         (Value::Object(d), Value::Object(a)) => d.iter().all(|(k, dv)| match a.get(k) {
             Some(av) => is_subset(dv, av),
@@ -237,7 +237,7 @@ where
 ///
 /// # Errors
 /// [`Error::Kube`] when the patch fails.
-pub async fn patch_status<K, S>(
+pub(crate) async fn patch_status<K, S>(
     api: &Api<K>,
     obj: &K,
     current_status: Option<&S>,
@@ -268,7 +268,7 @@ where
 /// sides hold an object under the same key). Arrays and scalars are replaced whole, as a
 /// merge patch always replaces them. A `null` in `new` stays `null`: removed either way.
 #[must_use]
-pub fn replacing_merge_patch(current: &Value, new: Value) -> Value {
+pub(crate) fn replacing_merge_patch(current: &Value, new: Value) -> Value {
     match (current, new) {
         (Value::Object(current), Value::Object(mut new)) => {
             for (key, value) in current {

@@ -8,7 +8,7 @@
 //! For each child the kit:
 //! - skips everything when the cached version was already found to hold the same desired
 //!   object ([`Slim::holds`]): no parse, no comparison, no request;
-//! - claims the name ([`ownership`]): the cached object, one GET only when the cache shows
+//! - claims the name (never adopting a stranger's object: [`ownership`]): the cached object, one GET only when the cache shows
 //!   nothing; a stranger's object is never written ([`Problem::NameConflict`]), a child of
 //!   an earlier primary of the same name is waited for ([`Outcome::Leftover`]);
 //! - writes it only when the cached object lacks a desired field: server-side apply, or
@@ -40,30 +40,22 @@ use crate::{
 
 mod outcome;
 
-pub use outcome::{Child, Current, Outcome, Problem, Refusal};
+use outcome::Current;
+pub use outcome::{Child, Outcome, Problem, Refusal};
 
-/// A child name [`Children::claim`] found writable: free, or held by the primary's own
-/// child ([`Slot::current`]).
+/// A child name found writable: free, or held by the primary's own child (`current`).
 #[derive(Debug)]
-pub struct Slot<K: Resource<DynamicType = ()>> {
+struct Slot<K: Resource<DynamicType = ()>> {
     name: String,
     /// The cached version, when the claim read the cache (to remember what it holds).
     cached: Option<Arc<Slim<K>>>,
     current: Option<K>,
 }
 
-impl<K: Resource<DynamicType = ()>> Slot<K> {
-    /// The primary's own child holding the name (`None`: the name is free).
-    #[must_use]
-    pub fn current(&self) -> Option<&K> {
-        self.current.as_ref()
-    }
-}
-
-/// What [`Children::claim`] found at a child's name.
+/// What a claim found at a child's name.
 #[derive(Debug)]
-pub enum Claimed<K: Resource<DynamicType = ()>> {
-    /// The child may be written ([`Children::write`]).
+enum Claimed<K: Resource<DynamicType = ()>> {
+    /// The child may be written.
     Writable(Slot<K>),
     /// It may not: the outcome says why ([`Outcome::Leftover`], a
     /// [`Problem::NameConflict`], or [`Outcome::NamespaceTerminating`]).
@@ -165,8 +157,8 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
     }
 
     /// When to look again at a leftover in the way: 5 s ([`ownership::LEFTOVER_RECHECK`]),
-    /// doubling with each reconcile of the primary that still meets one, up to 5 min
-    /// ([`ownership::LEFTOVER_RECHECK_MAX`]); `None` when no child met one, which starts
+    /// doubling with each reconcile of the primary that still meets one, up to 5 min;
+    /// `None` when no child met one, which starts
     /// the primary's schedule over.
     #[must_use]
     pub fn leftover_recheck(&self) -> Option<Duration> {
@@ -197,8 +189,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         Child { outcome, current }
     }
 
-    /// Writes `desired` unless `cached` (the cache's object of its name) already holds it:
-    /// [`Children::claim`], then [`Children::write`].
+    /// Writes `desired` unless `cached` (the cache's object of its name) already holds it.
     ///
     /// # Errors
     /// [`Error::Kube`] on a failure other than those [`Outcome::of_error`] turns into an
@@ -254,14 +245,32 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         }
     }
 
+    /// [`Children::apply`] of a child whose desired state depends on the child holding its
+    /// name (PulsarConsumer's count starts from its Deployment's): `build` gets the
+    /// primary's own child named `name` (`None`: the name is free), and is called only when
+    /// the name may be written. `cached` is the cache's object of that name.
+    ///
+    /// # Errors
+    /// As [`Children::apply`].
+    pub async fn apply_with<K: ChildKind>(
+        &mut self,
+        name: &str,
+        cached: Option<Arc<Slim<K>>>,
+        build: impl FnOnce(Option<&K>) -> K,
+    ) -> Result<Child<K>, Error> {
+        match self.claim(name, cached).await? {
+            Claimed::Writable(slot) => {
+                let desired = build(slot.current.as_ref());
+                self.write_as(slot, &desired, false).await
+            }
+            Claimed::Blocked(child) => Ok(child),
+        }
+    }
+
     /// Who holds the child name `name`: `cached` is the cache's object of that name; only
     /// when it shows nothing is the API server asked (one GET). The name counts as desired
     /// this reconcile ([`Children::prune`] keeps it).
-    ///
-    /// # Errors
-    /// [`Error::Kube`] when the GET fails; [`Error::Serialize`] when the cached text does
-    /// not parse.
-    pub async fn claim<K: ChildKind>(
+    async fn claim<K: ChildKind>(
         &mut self,
         name: &str,
         cached: Option<Arc<Slim<K>>>,
@@ -301,19 +310,8 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         Ok(Claimed::Blocked(self.record(outcome, None)))
     }
 
-    /// Server-side applies `desired` to the name `slot` claimed, unless the child there
-    /// already holds every field of it.
-    ///
-    /// # Errors
-    /// As [`Children::apply`].
-    pub async fn write<K: ChildKind>(
-        &mut self,
-        slot: Slot<K>,
-        desired: &K,
-    ) -> Result<Child<K>, Error> {
-        self.write_as(slot, desired, false).await
-    }
-
+    /// Server-side applies `desired` (or its count) to the name `slot` claimed, unless the
+    /// child there already holds every field of it.
     async fn write_as<K: ChildKind>(
         &mut self,
         slot: Slot<K>,
@@ -775,36 +773,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_claimed_name_is_written_with_what_depends_on_the_child_there() {
+    async fn a_child_built_from_the_one_holding_its_name() {
         let script = Script::new([ECHO]);
         let p = primary("moo", "u1");
         let mut children = Children::new(&script.client(), "op", &p).unwrap();
-        let slim = cached(service(Some(children.owner()), 80));
-        let Claimed::Writable(slot) = children.claim("moo", slim).await.unwrap() else {
-            panic!("ours")
-        };
-        let port = slot
-            .current()
-            .unwrap()
-            .spec
-            .as_ref()
-            .unwrap()
-            .ports
-            .as_ref()
-            .unwrap()[0]
-            .port;
+        let owner = children.owner();
+        let slim = cached(service(Some(owner.clone()), 80));
+        let port = |s: &Service| s.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port;
         let child = children
-            .write(slot, &service(Some(children.owner()), port + 1))
+            .apply_with("moo", slim, |current| {
+                service(Some(owner.clone()), current.map_or(0, port) + 1)
+            })
             .await
             .unwrap();
         assert!(matches!(child.outcome, Outcome::Written));
         assert_eq!(script.body(0)["spec"]["ports"][0]["port"], 81);
-        // A stranger's: blocked, as by apply.
-        let blocked = children
-            .claim("moo", cached(service(None, 80)))
+        // A stranger's: not built, not written.
+        let child = children
+            .apply_with("moo", cached(service(None, 80)), |_| unreachable!())
             .await
             .unwrap();
-        assert!(matches!(blocked, Claimed::Blocked(c) if c.is_problem()));
+        assert!(child.is_problem() && child.is_held_by_another());
+        assert_eq!(script.lines().len(), 1);
     }
 
     #[tokio::test]

@@ -2,11 +2,12 @@
 //! its name is looked at, and only a child controlled by this very custom resource (its
 //! controller owner reference carries the custom resource's UID) is written to.
 //!
-//! [`decide`] is the pure decision; `claim` (what the `children` kit calls before it
+//! `decide` is the pure decision; `claim` (what the `children` kit calls before it
 //! writes a child) finds the object (the label-filtered cache first, one GET only when the
 //! cache does not show the name) and decides.
 //!
-//! A [`Claim::Leftover`] is looked at again later (`leftover_recheck`, through
+//! A leftover (the child of an earlier custom resource of the same name) is looked at
+//! again later (`leftover_recheck`, through
 //! `Children::leftover_recheck`), less and less often while it stays.
 
 use std::{
@@ -21,8 +22,9 @@ use serde::de::DeserializeOwned;
 
 use crate::ErrorBackoff;
 
-/// How long to wait before the first look again at a [`Claim::Leftover`]; each further
-/// look while it stays waits twice as long, up to [`LEFTOVER_RECHECK_MAX`]. Garbage
+/// How long to wait before the first look again at a leftover (the child of an earlier
+/// custom resource of the same name); each further look while it stays waits twice as
+/// long, up to 5 minutes. Garbage
 /// collection normally removes a leftover and its deletion (it carries the operator's
 /// labels) triggers a reconcile; a leftover whose labels someone removed is not in the
 /// label-filtered watch, so its deletion announces nothing, and only these looks bring the
@@ -31,13 +33,13 @@ use crate::ErrorBackoff;
 pub const LEFTOVER_RECHECK: Duration = Duration::from_secs(5);
 
 /// The longest wait between two looks at a [`Claim::Leftover`].
-pub const LEFTOVER_RECHECK_MAX: Duration = Duration::from_secs(300);
+pub(crate) const LEFTOVER_RECHECK_MAX: Duration = Duration::from_secs(300);
 
 /// Per custom resource, how often its leftover was looked at: the schedule of the next
 /// look ([`LEFTOVER_RECHECK`] doubling to [`LEFTOVER_RECHECK_MAX`]). Entries of custom
 /// resources not seen for twice the maximum go (see [`ErrorBackoff`]).
 #[derive(Debug)]
-pub struct LeftoverRechecks(ErrorBackoff);
+pub(crate) struct LeftoverRechecks(ErrorBackoff);
 
 impl Default for LeftoverRechecks {
     fn default() -> Self {
@@ -48,24 +50,18 @@ impl Default for LeftoverRechecks {
 impl LeftoverRechecks {
     /// The custom resource `key` still finds a leftover at time `now`: how long to wait
     /// before looking again.
-    pub fn still_there(&self, key: &str, now: Instant) -> Duration {
+    pub(crate) fn still_there(&self, key: &str, now: Instant) -> Duration {
         self.0.failed_at(key, now)
     }
 
     /// The custom resource `key` found no leftover: its next one starts the schedule over.
-    pub fn gone(&self, key: &str) {
+    pub(crate) fn gone(&self, key: &str) {
         self.0.forget(key);
-    }
-
-    /// How many custom resources have a leftover being looked at.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.0.len()
     }
 
     /// Whether no custom resource has a leftover being looked at.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -132,7 +128,7 @@ impl std::fmt::Display for NameConflict {
 
 /// Who holds a child's name.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Claim<C> {
+pub(crate) enum Claim<C> {
     /// No object has the name: the child may be created.
     Free,
     /// The child is ours (controller owner reference with our UID): it may be updated.
@@ -146,14 +142,14 @@ pub enum Claim<C> {
 
 /// Whether `child` has a controller owner reference pointing at `owner` (same UID).
 #[must_use]
-pub fn is_ours<C: Resource>(child: &C, owner: &OwnerReference) -> bool {
+pub(crate) fn is_ours<C: Resource>(child: &C, owner: &OwnerReference) -> bool {
     crate::apply::is_controlled_by(child, &owner.uid)
 }
 
 /// Decides who holds the name of a child, given the object found with that name (`None`:
 /// nothing has it) and the controller owner reference the child would carry.
 #[must_use]
-pub fn decide<C>(existing: Option<C>, owner: &OwnerReference) -> Claim<C>
+pub(crate) fn decide<C>(existing: Option<C>, owner: &OwnerReference) -> Claim<C>
 where
     C: Resource<DynamicType = ()>,
 {
@@ -304,7 +300,6 @@ mod tests {
         assert_eq!(schedule, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
         // Per custom resource.
         assert_eq!(rechecks.still_there("ns/other", t0).as_secs(), 5);
-        assert_eq!(rechecks.len(), 2);
         // Gone: the next leftover of the same custom resource starts over.
         rechecks.gone("ns/moo");
         assert_eq!(rechecks.still_there("ns/moo", t0).as_secs(), 5);

@@ -276,10 +276,10 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
 
     let problem = children.problems().first().map(Problem::from);
     // Only its own Service makes the Memcached Ready; a refused Deployment is not shown.
-    let service = match (service.is_held_by_another(), service.current) {
+    let service = match (service.is_held_by_another(), service.exists()) {
         (true, _) => ServiceState::NotOwned,
-        (false, Some(_)) => ServiceState::Owned,
-        (false, None) => ServiceState::Missing,
+        (false, true) => ServiceState::Owned,
+        (false, false) => ServiceState::Missing,
     };
     let deployment = if deployment.is_problem() {
         None

@@ -14,10 +14,7 @@ use kube::{
     runtime::{Controller, controller::Action, events::EventType, watcher},
 };
 use shared::{
-    ErrorBackoff, Scope, Toolkit,
-    children::{Children, Claimed},
-    conditions,
-    namespaces::ScopedStores,
+    ErrorBackoff, Scope, Toolkit, children::Children, conditions, namespaces::ScopedStores,
     slim::Slim,
 };
 
@@ -186,28 +183,21 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
     let now = conditions::now();
     let mut scaling = None;
     let mut replicas = pc.spec.replicas;
-    // The replica count depends on the Deployment holding the name: claimed first.
-    let deployment = match children
-        .claim(&name, ctx.deployments.find(&ns, &name))
-        .await?
-    {
-        Claimed::Writable(slot) => {
-            scaling = autoscale(&pc, &ctx, slot.current(), now);
+    let owner = children.owner();
+    // The count starts from the Deployment holding the name (if it is ours); someone
+    // else's is never written, and reported.
+    let deployment = children
+        .apply_with(&name, ctx.deployments.find(&ns, &name), |current| {
+            scaling = autoscale(&pc, &ctx, current, now);
             replicas = scaling
                 .as_ref()
                 .map_or(replicas, |(s, _)| s.decision.replicas);
-            let want = desired::desired_deployment(&pc, children.owner(), &ctx.image, replicas);
-            children.write(slot, &want).await?
-        }
-        // Someone else's Deployment has the name (never written, reported), or the
-        // Deployment of a deleted PulsarConsumer of the same name is still there.
-        Claimed::Blocked(blocked) => {
-            if blocked.is_problem() {
-                ctx.forget(&pc);
-            }
-            blocked
-        }
-    };
+            desired::desired_deployment(&pc, owner, &ctx.image, replicas)
+        })
+        .await?;
+    if deployment.is_held_by_another() && deployment.is_problem() {
+        ctx.forget(&pc);
+    }
     let problem = children.problems().first().map(Problem::from);
     let deployment = deployment.into_object()?;
     let new_status = status::with_scaling(

@@ -111,9 +111,10 @@ impl Outcome {
     }
 }
 
-/// A child of the primary as a write left it.
+/// A child of the primary as a write left it: whole when the kit has it whole, else as
+/// cached (parsed only when asked for: [`Child::into_object`]).
 #[derive(Debug, Clone)]
-pub enum Current<K: Resource<DynamicType = ()>> {
+pub(crate) enum Current<K: Resource<DynamicType = ()>> {
     /// As the API server answered (a write, or the GET of a claim); after a write of the
     /// count alone, the object before it (the count not updated yet).
     Object(K),
@@ -123,10 +124,7 @@ pub enum Current<K: Resource<DynamicType = ()>> {
 
 impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Current<K> {
     /// The object whole ([`Slim::full`] for a cached one).
-    ///
-    /// # Errors
-    /// When the cached text does not parse.
-    pub fn into_full(self) -> Result<K, Error> {
+    fn into_full(self) -> Result<K, Error> {
         match self {
             Current::Object(k) => Ok(k),
             Current::Cached(slim) => slim.full(),
@@ -141,7 +139,7 @@ pub struct Child<K: Resource<DynamicType = ()>> {
     /// What happened.
     pub outcome: Outcome,
     /// The primary's own child as written or cached, if there is one.
-    pub current: Option<Current<K>>,
+    pub(crate) current: Option<Current<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Child<K> {
@@ -151,6 +149,12 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Child<K> {
     /// When the cached text does not parse.
     pub fn into_object(self) -> Result<Option<K>, Error> {
         self.current.map(Current::into_full).transpose()
+    }
+
+    /// Whether the primary has its own child there (written, or as cached).
+    #[must_use]
+    pub fn exists(&self) -> bool {
+        self.current.is_some()
     }
 
     /// Whether the name is held by an object that is not this primary's (a stranger's,
