@@ -29,6 +29,7 @@ use commands::{
     actionlint, bench, charts, check_docs, cluster, crds, demo, deploy, image, installers, new,
     pulsar, release, test, tool,
 };
+use xtask::say;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -186,9 +187,9 @@ fn main() -> Result<()> {
                 let p = cluster::Process::parse(&process)?;
                 let layout = cluster::Layout::new();
                 if cluster::stop_process(&layout, p)? {
-                    println!("cluster: stopped {}", p.name());
+                    say!("cluster: stopped {}", p.name());
                 } else {
-                    println!("cluster: {} was not running", p.name());
+                    say!("cluster: {} was not running", p.name());
                 }
                 Ok(())
             }
@@ -218,15 +219,15 @@ fn main() -> Result<()> {
                     broker_port,
                     web_port,
                 })?;
-                println!("pulsar: log {}", info.log_path.display());
-                println!("pulsar: admin {}", info.admin_url);
-                println!("export PULSAR_SERVER={}", info.service_url);
+                say!("pulsar: log {}", info.log_path.display());
+                say!("pulsar: admin {}", info.admin_url);
+                say!("export PULSAR_SERVER={}", info.service_url);
                 Ok(())
             }
             PulsarAction::Down => pulsar::down(),
             PulsarAction::Restart => {
                 let info = pulsar::restart()?;
-                println!("export PULSAR_SERVER={}", info.service_url);
+                say!("export PULSAR_SERVER={}", info.service_url);
                 Ok(())
             }
             PulsarAction::Status => pulsar::status(),

@@ -10,6 +10,7 @@
 use crate::commands::cluster::build::Component;
 use anyhow::{Context, Result, bail};
 use std::process::Command;
+use xtask::say;
 use xtask::support::cmd;
 use xtask::support::machine_packages;
 use xtask::support::paths;
@@ -53,6 +54,6 @@ pub fn run() -> Result<()> {
         lint.arg(file.strip_prefix(&root).unwrap_or(file));
     }
     cmd::run(&mut lint)?;
-    println!("actionlint: {} workflows are clean", files.len());
+    say!("actionlint: {} workflows are clean", files.len());
     Ok(())
 }

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use xtask::support::paths;
+use xtask::{say, say_err};
 
 /// One thing wrong in a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,14 +46,14 @@ pub fn run(cli: clap::Command) -> Result<()> {
     let files = files(&root)?;
     let problems = check(&root, &files, cli)?;
     if problems.is_empty() {
-        println!(
+        say!(
             "check-docs: {} files, every relative link and `cargo xtask` command exists",
             files.len()
         );
         return Ok(());
     }
     for problem in &problems {
-        eprintln!("{problem}");
+        say_err!("{problem}");
     }
     bail!(
         "{} broken link(s) or command(s) in the documentation",

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
+use xtask::say;
 use xtask::support::cmd;
 use xtask::support::paths;
 
@@ -83,12 +84,12 @@ pub fn run_for(check: bool, operators: &[&str]) -> Result<()> {
         let path = crd_path(op);
         let have = std::fs::read_to_string(&path).unwrap_or_default();
         if have == want {
-            println!("crds: {} is up to date", path.display());
+            say!("crds: {} is up to date", path.display());
         } else if check {
             drifted.push(path.display().to_string());
         } else {
             std::fs::write(&path, want)?;
-            println!("crds: wrote {}", path.display());
+            say!("crds: wrote {}", path.display());
         }
     }
     if !drifted.is_empty() {

@@ -18,17 +18,18 @@ use crate::commands::cluster;
 use crate::commands::crds::OPERATORS;
 use crate::commands::deploy;
 use anyhow::{Context, Result, bail};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use xtask::support::cmd;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::local_operator::{self, Launch, LocalOperator};
 use xtask::support::operators::{LOLCOW, PULSAR_CONSUMER, all_resources};
 use xtask::support::paths;
 use xtask::support::process_group;
+use xtask::support::{cmd, console};
+use xtask::{say, say_err};
 
 /// The namespace the samples go to.
 const NAMESPACE: &str = "demo";
@@ -44,6 +45,10 @@ pub struct DemoArgs {
     /// Use the local cluster even when KUBECONFIG names another one.
     #[arg(long)]
     pub local: bool,
+    /// Rehearses the stop and the cleanup without a cluster, for xtask's own test
+    /// (`tests/demo_interrupt.rs`): see [`rehearse_cleanup`].
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub rehearse_cleanup: Option<PathBuf>,
 }
 
 /// How long a process the demo started has to exit after SIGTERM, before SIGKILL.
@@ -61,13 +66,13 @@ impl Drop for Processes {
     fn drop(&mut self) {
         for (name, operator) in &mut self.operators {
             operator.stop(GRACE);
-            println!("demo: stopped {name}");
+            say!("demo: stopped {name}");
         }
         if let Some(web) = &mut self.web {
             if let Err(e) = process_group::stop_child(web, GRACE) {
-                eprintln!("demo: lolcow-web: {e:#}");
+                say_err!("demo: lolcow-web: {e:#}");
             }
-            println!("demo: stopped lolcow-web");
+            say!("demo: stopped lolcow-web");
         }
     }
 }
@@ -93,6 +98,9 @@ fn real_cluster() -> bool {
 
 /// Runs the demo.
 pub fn run(args: &DemoArgs) -> Result<()> {
+    if let Some(dir) = &args.rehearse_cleanup {
+        return rehearse_cleanup(args, dir);
+    }
     xtask::support::machine_packages::ensure_debian(&xtask::support::machine_packages::BUILD)?;
     xtask::support::machine_packages::ensure_debian(&xtask::support::machine_packages::DEMO)?;
     if !args.local && real_cluster() {
@@ -106,7 +114,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         // A non-interactive run leaves the machine as it found it.
         cluster::down()?;
     } else if started_cluster {
-        println!("demo: the local cluster keeps running; `cargo xtask cluster down` stops it");
+        say!("demo: the local cluster keeps running; `cargo xtask cluster down` stops it");
     }
     result
 }
@@ -119,7 +127,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     if cluster::node::supported() {
         return run_with_images(args, kubeconfig);
     }
-    println!("demo: building the operators and the lolcow web app");
+    say!("demo: building the operators and the lolcow web app");
     cmd::run(
         cmd::cargo()
             .current_dir(paths::repo_root())
@@ -146,7 +154,7 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
 
     let mut processes = Processes::default();
     for op in OPERATORS {
-        println!("demo: installing deploy/{op} and starting {op} with its ServiceAccount's token");
+        say!("demo: installing deploy/{op} and starting {op} with its ServiceAccount's token");
         local_operator::install(&kubectl, op, "demo")?;
         let sa_config = state.join(format!("{op}.kubeconfig"));
         local_operator::service_account_kubeconfig(
@@ -200,8 +208,8 @@ fn run_locally(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
             state.join("lolcow-web.log").display()
         );
     }
-    println!("demo: the lolcow page is served at {url}");
-    println!("demo: operator logs are in {}", state.display());
+    say!("demo: the lolcow page is served at {url}");
+    say!("demo: operator logs are in {}", state.display());
 
     until_stopped(args, &stop);
     // The samples go while their operators run (Memcached's finalizer).
@@ -241,9 +249,7 @@ fn fresh_namespace(kubeconfig: &Path) -> Result<()> {
 /// Deletes the samples and waits for their finalizers, then the namespace.
 fn delete_samples(kubeconfig: &Path) -> Result<()> {
     let kubectl = kubectl_with(Some(kubeconfig));
-    println!(
-        "demo: deleting the samples (their operators still run) and the {NAMESPACE} namespace"
-    );
+    say!("demo: deleting the samples (their operators still run) and the {NAMESPACE} namespace");
     kubectl.output([
         "delete",
         &all_resources(),
@@ -269,7 +275,7 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
     let kubectl = kubectl_with(Some(kubeconfig));
     let stop = stop_on_signals()?;
     let pulsar_was_running = crate::commands::pulsar::is_running();
-    println!("demo: starting the Pulsar broker (cargo xtask pulsar up)");
+    say!("demo: starting the Pulsar broker (cargo xtask pulsar up)");
     crate::commands::pulsar::up(&crate::commands::pulsar::PulsarOptions::default())?;
     deploy::use_kubeconfig(kubeconfig);
     let result = (|| -> Result<()> {
@@ -286,9 +292,9 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
             "-p",
             &format!(r#"{{"spec":{{"serverAddress":"{LOCAL_BROKER}"}}}}"#),
         ])?;
-        println!("demo: the PulsarConsumer sample consumes from the local broker ({LOCAL_BROKER})");
+        say!("demo: the PulsarConsumer sample consumes from the local broker ({LOCAL_BROKER})");
         wait_ready(Some(kubeconfig))?;
-        print!(
+        xtask::support::console::stdout(format_args!(
             "{}",
             kubectl.output([
                 "get",
@@ -299,7 +305,7 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
                 "--field-selector",
                 "spec.nodeName=real-node"
             ])?
-        );
+        ));
         let port = kubectl.output([
             "get",
             LOLCOW.plural,
@@ -312,7 +318,7 @@ fn run_with_images(args: &DemoArgs, kubeconfig: &Path) -> Result<()> {
         if !page_served(&url, Duration::from_secs(60)) {
             bail!("the lolcow page is not served at {url}");
         }
-        println!(
+        say!(
             "demo: the lolcow page is served by its pod at {url} (the NodePort, through kube-proxy)"
         );
         until_stopped(args, &stop);
@@ -347,7 +353,7 @@ fn apply_samples(kubeconfig: Option<&Path>) -> Result<()> {
 /// Waits until every sample is Ready, then shows them.
 fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
     let kubectl = kubectl_with(kubeconfig);
-    println!("demo: waiting until every sample is Ready");
+    say!("demo: waiting until every sample is Ready");
     let resources = all_resources();
     kubectl.output([
         "wait",
@@ -358,13 +364,16 @@ fn wait_ready(kubeconfig: Option<&Path>) -> Result<()> {
         NAMESPACE,
         "--timeout=300s",
     ])?;
-    print!("{}", kubectl.output(["get", &resources, "-n", NAMESPACE])?);
+    xtask::support::console::stdout(format_args!(
+        "{}",
+        kubectl.output(["get", &resources, "-n", NAMESPACE])?
+    ));
     Ok(())
 }
 
 fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
     let kubectl = kubectl_with(None);
-    println!("demo: KUBECONFIG names a real cluster: deploying the operators for real");
+    say!("demo: KUBECONFIG names a real cluster: deploying the operators for real");
     deploy_operators(std::env::var("DEMO_REGISTRY").ok().as_deref(), false)?;
     kubectl
         .output(["create", "namespace", NAMESPACE])
@@ -377,12 +386,12 @@ fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
         })?;
     apply_samples(None)?;
     wait_ready(None)?;
-    println!(
+    say!(
         "demo: open the lolcow page at http://<node-ip>:<port>/ (port: `kubectl get {} -n {NAMESPACE}`)",
         LOLCOW.plural
     );
     if !args.exit_when_ready {
-        println!(
+        say!(
             "demo: the operators keep running in the cluster; `cargo xtask undeploy <operator>` removes one"
         );
     }
@@ -392,14 +401,60 @@ fn run_on_real_cluster(args: &DemoArgs) -> Result<()> {
 /// Returns at once with `--exit-when-ready`, else once `stop` is set (Ctrl-C).
 fn until_stopped(args: &DemoArgs, stop: &AtomicBool) {
     if args.exit_when_ready {
-        println!("demo: everything is Ready");
+        say!("demo: everything is Ready");
     } else {
-        println!("demo: press Ctrl-C to stop");
+        say!("demo: press Ctrl-C to stop");
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
         }
-        println!("demo: stopping");
+        say!("demo: stopping");
     }
+}
+
+/// The demo's stop and cleanup without a cluster, recorded step by step in
+/// `dir/cleanup.log`: a stand-in for lolcow-web (`sleep`, its pid in `dir/stand-in.pid`)
+/// runs in [`Processes`] until Ctrl-C ([`until_stopped`]); then, as [`delete_samples`]
+/// and `undeploy` do, a run of progress lines and a child printing what it "deleted"
+/// ([`cmd::run`]); then the stand-in is stopped as the demo stops its processes.
+/// `tests/demo_interrupt.rs` runs it with its output piped to a reader that goes away.
+fn rehearse_cleanup(args: &DemoArgs, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let record = |step: &str| -> Result<()> {
+        use std::io::Write;
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("cleanup.log"))?;
+        writeln!(log, "{step}")?;
+        Ok(())
+    };
+    let stop = stop_on_signals()?;
+    let mut processes = Processes::default();
+    let stand_in = process_group::spawn(
+        Command::new("sleep")
+            .arg("600")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .context("starting the stand-in")?;
+    std::fs::write(dir.join("stand-in.pid"), stand_in.id().to_string())?;
+    processes.web = Some(stand_in);
+    say!("demo: rehearsal: a stand-in for lolcow-web runs");
+    until_stopped(args, &stop);
+    for i in 1..=100 {
+        say!("demo: rehearsal: deleting sample {i}");
+        say_err!("demo: rehearsal: waiting for the finalizer of sample {i}");
+    }
+    record("progress lines written")?;
+    cmd::run(Command::new("sh").args([
+        "-c",
+        "for i in $(seq 1 100); do echo \"sample-$i deleted\"; echo \"sample-$i gone\" >&2; done",
+    ]))?;
+    record("child that printed what it deleted succeeded")?;
+    drop(processes);
+    record("stand-in stopped")?;
+    Ok(())
 }
 
 /// Whether `url` answers with a success within `timeout`.
@@ -414,7 +469,7 @@ fn page_served(url: &str, timeout: Duration) -> bool {
 fn deploy_operators(registry: Option<&str>, announce: bool) -> Result<()> {
     for op in OPERATORS {
         if announce {
-            println!("demo: deploying {op} from its image (cargo xtask deploy {op})");
+            say!("demo: deploying {op} from its image (cargo xtask deploy {op})");
         }
         deploy::deploy(&deploy::DeployArgs {
             operator: op.to_owned(),
@@ -431,6 +486,8 @@ fn deploy_operators(registry: Option<&str>, announce: bool) -> Result<()> {
 /// a thread of its own runs a small tokio runtime that waits for the signals. The
 /// handlers are registered before this returns, so no signal is missed, and from then
 /// on those signals no longer end the process: the demo sees the flag and cleans up.
+/// A signal also tells [`console::interrupted`] that a pipe's reader may be gone (Ctrl-C
+/// reaches `tee` too), so the cleanup's children write through this process.
 ///
 /// # Errors
 /// When the runtime, the signal handlers or the thread cannot be made.
@@ -461,6 +518,9 @@ pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
                     if received.is_none() {
                         break;
                     }
+                    // Before the flag: the cleanup that the flag starts already copies
+                    // its children's output (the pipe's reader got the SIGINT too).
+                    console::interrupted();
                     flag.store(true, Ordering::SeqCst);
                 }
             });

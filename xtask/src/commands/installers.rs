@@ -31,6 +31,7 @@ use crate::commands::deploy;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use std::path::{Path, PathBuf};
+use xtask::say;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::kustomize;
 use xtask::support::paths;
@@ -86,7 +87,7 @@ pub fn run(args: &InstallersArgs) -> Result<()> {
                 let path = dir.join(format!("{op}-{FILE}"));
                 std::fs::write(&path, render(op, registry, &tag)?)
                     .with_context(|| format!("writing {}", path.display()))?;
-                println!("installers: wrote {}", path.display());
+                say!("installers: wrote {}", path.display());
             }
             Ok(())
         }
@@ -171,12 +172,12 @@ fn write_or_compare(
         .display()
         .to_string();
     if have == want {
-        println!("installers: {shown} is up to date");
+        say!("installers: {shown} is up to date");
     } else if check {
         drifted.push(shown);
     } else {
         std::fs::write(path, want).with_context(|| format!("writing {}", path.display()))?;
-        println!("installers: wrote {shown}");
+        say!("installers: wrote {shown}");
     }
     Ok(())
 }

@@ -20,6 +20,7 @@
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
+use xtask::say;
 use xtask::support::operators::{KINDS, Kind};
 use xtask::support::{cmd, paths, workspace_version};
 
@@ -531,7 +532,7 @@ pub fn run(args: &NewArgs) -> Result<()> {
         std::fs::write(&file, scaffold.render(text, &release))
             .with_context(|| format!("writing {}", file.display()))?;
     }
-    println!("new: wrote operators/{operator}/ and deploy/{operator}/");
+    say!("new: wrote operators/{operator}/ and deploy/{operator}/");
 
     let manifest = root.join("Cargo.toml");
     let toml = std::fs::read_to_string(&manifest)?;
@@ -540,7 +541,7 @@ pub fn run(args: &NewArgs) -> Result<()> {
     let entry = scaffold.render(LIST_ENTRY, &release);
     let source = std::fs::read_to_string(&list)?;
     std::fs::write(&list, add_to_list(&source, &entry, &scaffold.const_name())?)?;
-    println!("new: added {operator} to the workspace and to xtask/src/support/operators.rs");
+    say!("new: added {operator} to the workspace and to xtask/src/support/operators.rs");
 
     let cargo = |args: &[&str]| {
         let mut command = cmd::cargo();
@@ -553,7 +554,7 @@ pub fn run(args: &NewArgs) -> Result<()> {
     for generator in ["crds", "installers", "charts"] {
         cargo(&["run", "--quiet", "-p", "xtask", "--", generator, &operator])?;
     }
-    println!(
+    say!(
         "new: {operator} is ready:\n  cargo test -p {operator}\n  cargo xtask run {operator}\n  \
          kubectl apply -k deploy/{operator}/samples\n\
          Then replace its ConfigMap with the children your kind needs (src/desired.rs, \

@@ -21,6 +21,7 @@ use crate::commands::installers;
 use anyhow::{Context, Result, bail};
 use std::cmp::Ordering;
 use std::process::Command;
+use xtask::say;
 use xtask::support::cmd;
 use xtask::support::paths;
 use xtask::support::workspace_version::{self, Version};
@@ -73,7 +74,7 @@ pub fn run(args: &ReleaseArgs) -> Result<()> {
     let toml = std::fs::read_to_string(&toml_path)?;
     let toml = workspace_version::bump_workspace_version(&toml, &new)?;
 
-    println!("release: {current} -> {new}");
+    say!("release: {current} -> {new}");
     std::fs::write(&toml_path, toml)?;
     update_lock_file()?;
     let result = regenerate(&new).and_then(|()| {
@@ -85,13 +86,13 @@ pub fn run(args: &ReleaseArgs) -> Result<()> {
             e.context("the release stopped half-way; `git checkout -- .` undoes what it changed")
         );
     }
-    println!(
+    say!(
         "release: {CHANGELOG} dated, Cargo.toml and Cargo.lock at {new}, generated files regenerated"
     );
-    println!("release: review the changes (git diff), then:");
-    println!("  git commit -am \"Release v{new}\"");
-    println!("  git tag -a v{new} -m \"v{new}\"");
-    println!("  git push origin HEAD v{new}   # the tag starts .github/workflows/release.yml");
+    say!("release: review the changes (git diff), then:");
+    say!("  git commit -am \"Release v{new}\"");
+    say!("  git tag -a v{new} -m \"v{new}\"");
+    say!("  git push origin HEAD v{new}   # the tag starts .github/workflows/release.yml");
     Ok(())
 }
 

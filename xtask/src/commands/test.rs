@@ -11,6 +11,7 @@ use crate::commands::pulsar;
 use anyhow::{Context, Result};
 use std::process::Command;
 use std::time::Instant;
+use xtask::say;
 use xtask::support::cmd;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::paths;
@@ -46,9 +47,9 @@ fn cargo() -> Command {
 
 fn step(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
     let start = Instant::now();
-    println!("==> {name}");
+    say!("==> {name}");
     f().with_context(|| format!("step failed: {name}"))?;
-    println!("==> {name}: ok ({})", cmd::elapsed(start));
+    say!("==> {name}: ok ({})", cmd::elapsed(start));
     Ok(())
 }
 
@@ -120,17 +121,17 @@ pub fn run(args: &TestArgs) -> Result<()> {
     if !args.no_e2e {
         step("end-to-end tests", || e2e(args, &kubernetes, &mut None))?;
     }
-    println!("all checks passed in {}", cmd::elapsed(start));
+    say!("all checks passed in {}", cmd::elapsed(start));
     let (passed, failed) = TOTALS.lock().map(|t| *t).unwrap_or_default();
     let skipped = skipped_tests();
     for line in &skipped {
-        println!("skipped: {line}");
+        say!("skipped: {line}");
     }
     let skipped = skipped.len() as u64;
     // The plain closing line, over every `cargo test` run above. A test that
     // could not run here returned early after saying so (`e2e::skip`): it is
     // counted as skipped, not passed.
-    println!(
+    say!(
         "{} passed, {failed} failed, {skipped} skipped",
         passed.saturating_sub(skipped)
     );
@@ -167,7 +168,7 @@ fn run_counting(command: &mut Command) -> Result<()> {
         .with_context(|| format!("could not start `{shown}`"))?;
     let stdout = child.stdout.take().context("no stdout")?;
     for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-        println!("{line}");
+        say!("{line}");
         if let Some(rest) = line.strip_prefix("test result: ") {
             let count = |word: &str| {
                 rest.split(';')
@@ -248,7 +249,7 @@ fn compat(args: &TestArgs, kubernetes: &cluster::Kubernetes, start: Instant) -> 
     let (passed, failed) = TOTALS.lock().map(|t| *t).unwrap_or_default();
     let skipped = skipped_tests();
     for line in &skipped {
-        println!("skipped: {line}");
+        say!("skipped: {line}");
     }
     let skipped = skipped.len() as u64;
     cluster::compat::record(&cluster::compat::Outcome {
@@ -317,10 +318,11 @@ fn e2e(
         // Twice: the second run must find nothing the first left behind
         // (a namespace stuck Terminating, an operator still deployed).
         for run in ["", ", again"] {
-            println!("==> the quick start: cargo xtask demo (non-interactive{run})");
+            say!("==> the quick start: cargo xtask demo (non-interactive{run})");
             result = crate::commands::demo::run(&crate::commands::demo::DemoArgs {
                 exit_when_ready: true,
                 local: true,
+                rehearse_cleanup: None,
             });
             if result.is_err() {
                 break;

@@ -10,6 +10,7 @@ use crate::commands::cluster::build::Component;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
+use xtask::say;
 use xtask::support::cmd;
 
 /// Helm 3, from `helm.sh/helm/v3/cmd/helm`.
@@ -74,7 +75,7 @@ pub fn run(args: &ToolArgs) -> Result<()> {
     };
     let path = binary(tool)?;
     if args.path {
-        println!("{}", path.display());
+        say!("{}", path.display());
         return Ok(());
     }
     cmd::run(Command::new(path).args(&args.args))

@@ -1,16 +1,16 @@
 //! Small helpers around `std::process::Command`.
 
+use crate::support::console;
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs a command with inherited stdio and fails when it exits non-zero.
+/// Runs a command with inherited stdio (copied through this process once the output may
+/// be gone: [`console::status`]) and fails when it exits non-zero.
 pub fn run(cmd: &mut Command) -> Result<()> {
     let shown = show(cmd);
-    let status = cmd
-        .status()
-        .with_context(|| format!("could not start `{shown}`"))?;
+    let status = console::status(cmd).with_context(|| format!("could not start `{shown}`"))?;
     if !status.success() {
         bail!("`{shown}` failed ({status})");
     }

@@ -6,6 +6,7 @@
 //! the operator's ServiceAccount, so everything it does goes through the RBAC rules
 //! in `deploy/`.
 
+use crate::say_err;
 use crate::support::kubectl::Kubectl;
 use crate::support::{http, kustomize, logged_requests, paths, process_group, simulated};
 use anyhow::{Context, Result};
@@ -268,7 +269,7 @@ impl LocalOperator {
     /// SIGTERM, up to `grace` to exit, then SIGKILL (nothing once it has exited).
     pub fn stop(&mut self, grace: Duration) {
         if let Err(e) = process_group::stop_child(&mut self.child, grace) {
-            eprintln!("{}: {e:#}", self.log_path.display());
+            say_err!("{}: {e:#}", self.log_path.display());
         }
     }
 

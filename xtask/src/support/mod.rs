@@ -2,6 +2,7 @@
 //! module per thing they hold.
 
 pub mod cmd;
+pub mod console;
 pub mod http;
 pub mod kubeconfig;
 pub mod kubectl;

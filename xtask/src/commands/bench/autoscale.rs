@@ -10,6 +10,7 @@ use serde_json::json;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
+use xtask::say;
 use xtask::support::{cmd, paths};
 
 // ---------------------------------------------------------------------------
@@ -17,7 +18,7 @@ use xtask::support::{cmd, paths};
 // ---------------------------------------------------------------------------
 
 pub(crate) fn run() -> Result<()> {
-    println!("==> bench autoscale: building the operator and the consumer (release)");
+    say!("==> bench autoscale: building the operator and the consumer (release)");
     build_release(&["pulsar-consumer", "pulsar-consumer-operator"])?;
     let started_cluster =
         !crate::commands::cluster::is_up(&crate::commands::cluster::Layout::new());

@@ -10,6 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
+use xtask::say;
 use xtask::support::{cmd, paths};
 
 /// `target/bench`, created.
@@ -38,8 +39,8 @@ pub(crate) fn write_report(dir: &Path, name: &str, report: &Value, md: &str) -> 
         .with_context(|| format!("writing {}", json_path.display()))?;
     let md_path = dir.join(format!("{name}.md"));
     fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
-    print!("{md}");
-    println!("wrote {} and {}", json_path.display(), md_path.display());
+    xtask::support::console::stdout(format_args!("{md}"));
+    say!("wrote {} and {}", json_path.display(), md_path.display());
     Ok(())
 }
 

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use xtask::say;
 use xtask::support::{cmd, paths};
 
 /// Options of `cargo xtask bench consumer`.
@@ -81,7 +82,7 @@ fn rate(messages: u64, seconds: f64) -> f64 {
 pub(crate) fn run(args: &ConsumerArgs) -> Result<()> {
     let n = args.messages;
     if !args.no_build {
-        println!("==> bench consumer: building pulsar-consumer (release)");
+        say!("==> bench consumer: building pulsar-consumer (release)");
         build_release(&["pulsar-consumer"])?;
     }
     let binary = paths::target_dir().join("release/pulsar-consumer");
@@ -173,7 +174,7 @@ fn consumer_scenarios(binary: &Path, server: &str, n: u64) -> Result<(f64, Vec<S
     let mut scenarios = Vec::new();
     for consumers in [1usize, 2] {
         let topic = format!("bench-consumer-{run_id}-{consumers}");
-        println!("==> bench consumer: producing {n} messages to {topic}");
+        say!("==> bench consumer: producing {n} messages to {topic}");
         let started = Instant::now();
         let out = cmd::output(
             Command::new(binary)
@@ -188,9 +189,9 @@ fn consumer_scenarios(binary: &Path, server: &str, n: u64) -> Result<(f64, Vec<S
             "produce did not confirm {n} messages: {out}"
         );
         produce_seconds.get_or_insert(seconds);
-        println!("==> bench consumer: consuming with {consumers} consumer(s)");
+        say!("==> bench consumer: consuming with {consumers} consumer(s)");
         let scenario = consume(binary, server, &topic, consumers, n, &logs)?;
-        println!(
+        say!(
             "    {} messages in {:.3}s: {:.0} msgs/s",
             scenario.received(),
             scenario.log_seconds,

@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use xtask::say;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::kustomize;
 use xtask::support::{cmd, paths};
@@ -99,7 +100,7 @@ pub fn lint(helm: &Path, op: &str) -> Result<()> {
         cmd::output(&mut lint)
             .with_context(|| format!("helm lint --strict deploy/{op}/chart {values:?}"))?;
     }
-    println!("charts: helm lint --strict deploy/{op}/chart: ok");
+    say!("charts: helm lint --strict deploy/{op}/chart: ok");
     Ok(())
 }
 
@@ -131,7 +132,7 @@ pub fn renders_like_kustomize(helm: &Path, kubectl: &Kubectl, op: &str) -> Resul
         let have = template(helm, op, &case.values)?;
         let problems = compare(want, have);
         if problems.is_empty() {
-            println!(
+            say!(
                 "charts: {op} ({}): helm template = kubectl kustomize",
                 case.name
             );

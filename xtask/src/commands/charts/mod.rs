@@ -24,6 +24,7 @@ use objects::{Part, Source};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use xtask::say;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::kustomize;
 use xtask::support::{cmd, paths};
@@ -48,7 +49,7 @@ pub fn run_for(check: bool, operators: &[&str]) -> Result<()> {
         let dir = chart_dir(op);
         let have = read_tree(&dir)?;
         if have == want {
-            println!("charts: {} is up to date", dir.display());
+            say!("charts: {} is up to date", dir.display());
             continue;
         }
         if check {
@@ -69,7 +70,7 @@ pub fn run_for(check: bool, operators: &[&str]) -> Result<()> {
             }
             std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
         }
-        println!("charts: wrote {}", dir.display());
+        say!("charts: wrote {}", dir.display());
     }
     if !drifted.is_empty() {
         drifted.sort();

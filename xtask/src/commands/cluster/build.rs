@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use xtask::say;
 use xtask::support::cmd;
 use xtask::support::paths;
 
@@ -206,7 +207,7 @@ impl GoBuild<'_> {
         let _ = std::fs::remove_dir_all(&tmp_dir);
         std::fs::create_dir_all(&tmp_dir)?;
         let start = Instant::now();
-        println!(
+        say!(
             "{}: building {} {} ({}) from Go modules; the first build takes several minutes, later runs reuse {}",
             self.folder,
             self.name,
@@ -255,7 +256,7 @@ impl GoBuild<'_> {
             std::thread::sleep(Duration::from_millis(500));
             if last_report.elapsed() >= Duration::from_secs(20) {
                 last_report = Instant::now();
-                println!(
+                say!(
                     "{}: building {} {}: {} elapsed, {} packages compiled",
                     self.folder,
                     self.name,
@@ -284,7 +285,7 @@ impl GoBuild<'_> {
             std::fs::remove_dir_all(final_dir)?;
         }
         std::fs::rename(&tmp_dir, final_dir)?;
-        println!(
+        say!(
             "{}: built {} {} in {}",
             self.folder,
             self.name,

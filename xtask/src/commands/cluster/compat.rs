@@ -13,6 +13,7 @@ use crate::commands::crds::deployed_operators;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use xtask::say;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::paths;
 
@@ -131,11 +132,11 @@ pub fn check_cluster(kubectl: &Kubectl, kubernetes: &Kubernetes) -> Result<Facts
         crd_accepted_as_committed(kubectl, operator)
             .with_context(|| format!("Kubernetes {kubernetes} and the CRD of {operator}"))?;
     }
-    println!(
+    say!(
         "compat: Kubernetes {kubernetes} accepts every CRD as committed (rules, messages, field paths, reasons)"
     );
     let streaming_lists = streaming_lists(kubectl)?;
-    println!("compat: Kubernetes {kubernetes} and streaming lists (WatchList): {streaming_lists}");
+    say!("compat: Kubernetes {kubernetes} and streaming lists (WatchList): {streaming_lists}");
     Ok(Facts {
         server_version,
         streaming_lists,
@@ -329,11 +330,11 @@ pub fn record(outcome: &Outcome) -> Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let file = dir.join(format!("{}.json", outcome.kubernetes));
     std::fs::write(&file, serde_json::to_string_pretty(&record)?)?;
-    println!(
+    say!(
         "compat: record in {}; the row of docs/kubernetes-versions.md:",
         file.display()
     );
-    println!(
+    say!(
         "| {} | {} | {} | {} | {} | {} |",
         outcome.kubernetes,
         record["date"].as_str().unwrap_or_default(),

@@ -29,6 +29,7 @@ use xtask::support::cmd;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::paths;
 use xtask::support::process_group;
+use xtask::{say, say_err};
 
 /// The API server's URL.
 pub const API_SERVER: &str = "https://127.0.0.1:16443";
@@ -156,7 +157,7 @@ pub fn build_only(kubernetes: &Kubernetes) -> Result<()> {
     // version, and usually cached already.
     kubernetes.ensure_built()?;
     build::ensure_all(kubernetes)?;
-    println!(
+    say!(
         "cluster: Kubernetes {kubernetes} built ({}); `cargo xtask cluster up --kubernetes {}` starts it",
         cmd::elapsed(start),
         kubernetes.version()
@@ -171,13 +172,13 @@ pub fn up_with(requested: Option<&Kubernetes>) -> Result<PathBuf> {
     let layout = Layout::new();
     let kubernetes = kubernetes::for_up(&layout.root, requested)?;
     if is_up(&layout) {
-        println!(
+        say!(
             "cluster: Kubernetes {kubernetes} already running{} (`cargo xtask cluster status` shows where)",
             not_the_default(&kubernetes)
         );
         // A cluster started by an older checkout may have fewer simulated nodes.
         register_nodes(&layout, node::supported())?;
-        println!("{}", env_line(&layout));
+        say!("{}", env_line(&layout));
         return Ok(layout.kubeconfig());
     }
     if !cmd::on_path("curl") {
@@ -188,7 +189,7 @@ pub fn up_with(requested: Option<&Kubernetes>) -> Result<PathBuf> {
     if real_node {
         node::ensure_packages()?;
     } else {
-        println!(
+        say!(
             "cluster: not running as root, so no real node (containers need namespaces, cgroups and mounts); \
              pods run on simulated nodes only"
         );
@@ -221,7 +222,7 @@ pub fn up_with(requested: Option<&Kubernetes>) -> Result<PathBuf> {
         wait_started(&layout, p)?;
     }
     if etcd_restarted_under_api && !wait_api_serves(&layout, Duration::from_secs(20)) {
-        println!("cluster: the API server has not reconnected to etcd after 20 s; restarting it");
+        say!("cluster: the API server has not reconnected to etcd after 20 s; restarting it");
         stop_process(&layout, Process::ApiServer)?;
         start_process(&layout, Process::ApiServer)?;
         wait_started(&layout, Process::ApiServer)?;
@@ -235,7 +236,7 @@ pub fn up_with(requested: Option<&Kubernetes>) -> Result<PathBuf> {
         node::wait_ready(&layout)?;
     }
     std::fs::write(layout.root.join("up-complete"), "")?;
-    println!(
+    say!(
         "cluster: Kubernetes {kubernetes}{} is up on {API_SERVER} with {}{NODES} simulated nodes ({} elapsed)",
         not_the_default(&kubernetes),
         if real_node {
@@ -245,7 +246,7 @@ pub fn up_with(requested: Option<&Kubernetes>) -> Result<PathBuf> {
         },
         cmd::elapsed(start)
     );
-    println!("{}", env_line(&layout));
+    say!("{}", env_line(&layout));
     Ok(layout.kubeconfig())
 }
 
@@ -393,11 +394,11 @@ pub fn down() -> Result<()> {
     let layout = Layout::new();
     for p in Process::ALL.into_iter().rev() {
         if stop_process(&layout, p)? {
-            println!("cluster: stopped {}", p.name());
+            say!("cluster: stopped {}", p.name());
         }
     }
     for pid in stray_processes(&layout) {
-        println!("cluster: stopping leftover process {pid}");
+        say!("cluster: stopping leftover process {pid}");
         process_group::signal_process(pid, "KILL");
     }
     if node::supported() {
@@ -407,7 +408,7 @@ pub fn down() -> Result<()> {
         std::fs::remove_dir_all(&layout.root)
             .with_context(|| format!("removing {}", layout.root.display()))?;
     }
-    println!("cluster: down; its data is removed (the built binaries stay cached)");
+    say!("cluster: down; its data is removed (the built binaries stay cached)");
     Ok(())
 }
 
@@ -416,22 +417,22 @@ pub fn status() -> Result<()> {
     let layout = Layout::new();
     for p in Process::expected() {
         match layout.running_pid(p) {
-            Some(pid) => println!(
+            Some(pid) => say!(
                 "{:<24} running (pid {pid})  log: {}",
                 p.name(),
                 layout.log(p).display()
             ),
-            None => println!("{:<24} stopped", p.name()),
+            None => say!("{:<24} stopped", p.name()),
         }
     }
     if is_up(&layout) {
         let kubernetes = layout.kubernetes()?;
-        println!("API server: {API_SERVER} (ready)");
-        println!("Kubernetes: {kubernetes}{}", not_the_default(&kubernetes));
-        println!("kubectl:    {}", layout.kubectl_binary()?.display());
-        println!("{}", env_line(&layout));
+        say!("API server: {API_SERVER} (ready)");
+        say!("Kubernetes: {kubernetes}{}", not_the_default(&kubernetes));
+        say!("kubectl:    {}", layout.kubectl_binary()?.display());
+        say!("{}", env_line(&layout));
     } else {
-        println!("The cluster is not (fully) running: `cargo xtask cluster up` starts it.");
+        say!("The cluster is not (fully) running: `cargo xtask cluster up` starts it.");
     }
     Ok(())
 }
@@ -440,8 +441,8 @@ pub fn status() -> Result<()> {
 pub fn env() -> Result<()> {
     let layout = Layout::new();
     if !is_up(&layout) {
-        eprintln!("cluster: not running; `cargo xtask cluster up` starts it");
+        say_err!("cluster: not running; `cargo xtask cluster up` starts it");
     }
-    println!("{}", env_line(&layout));
+    say!("{}", env_line(&layout));
     Ok(())
 }

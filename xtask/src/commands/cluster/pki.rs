@@ -269,6 +269,8 @@ pub fn kubeconfig(pki: &Path, out_dir: &Path, id: &Identity, server: &str) -> Re
 }
 
 #[cfg(test)]
+// The test harness captures `eprintln!` (not `say_err!`), showing it with a failure.
+#[allow(clippy::disallowed_macros)]
 mod tests {
     use super::*;
     use x509_parser::extensions::GeneralName;

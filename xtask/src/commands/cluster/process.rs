@@ -7,6 +7,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use xtask::say;
 use xtask::support::cmd;
 use xtask::support::process_group;
 
@@ -298,7 +299,7 @@ pub(super) fn start_process(layout: &Layout, p: Process) -> Result<()> {
     let child = process_group::spawn(&mut command)
         .with_context(|| format!("starting {}", binary.display()))?;
     process_group::write_pid(&layout.pid_file(p), child.id())?;
-    println!(
+    say!(
         "cluster: started {} (pid {}, log {})",
         p.name(),
         child.id(),

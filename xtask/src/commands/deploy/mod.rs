@@ -23,6 +23,7 @@ use push_images::{local_registry, provide_image, provide_workload_image};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use xtask::say;
 use xtask::support::cmd;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::kustomize;
@@ -149,7 +150,7 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         && args.registry.is_none()
         && let Some(registry) = local_registry()
     {
-        println!("deploy: the local cluster: pushing to its registry {registry}");
+        say!("deploy: the local cluster: pushing to its registry {registry}");
         args_local = DeployArgs {
             operator: args.operator.clone(),
             image: None,
@@ -177,7 +178,7 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         Some(registry) => provide_workload_image(operator, registry, args.tag.as_deref())?,
         None => {
             if let Some((app, env)) = workload_image(operator) {
-                println!(
+                say!(
                     "deploy: {operator} runs the {app} image (its {env}); without --registry it is not \
                      built here: build and push it with `cargo xtask image {app} --push <registry>`"
                 );
@@ -192,7 +193,7 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         args.namespaced.as_deref(),
         workload.as_ref(),
     )?;
-    println!("deploy: applying {}", dir.display());
+    say!("deploy: applying {}", dir.display());
     if let Some(namespaces) = &args.namespaced {
         // The CRD is cluster-scoped: not part of the namespaced install.
         apply_file(&deploy_dir.join("crd.yaml"))?;
@@ -203,10 +204,10 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
             }
         }
     }
-    print!(
+    xtask::support::console::stdout(format_args!(
         "{}",
         kustomize::apply(&target_kubectl(), &dir, Some("xtask-deploy"))?
-    );
+    ));
     target_kubectl().run([
         "rollout",
         "status",
@@ -215,7 +216,7 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         &format!("{operator}-system"),
         "--timeout=180s",
     ])?;
-    println!("deploy: {operator} is rolled out");
+    say!("deploy: {operator} is rolled out");
     Ok(())
 }
 
@@ -239,7 +240,7 @@ pub fn undeploy(operator: &str) -> Result<()> {
         crd["spec"]["group"].as_str().unwrap_or_default()
     );
     if target_kubectl().succeeds(["get", "crd", &resource]) {
-        println!("undeploy: deleting every {resource} and waiting for their finalizers");
+        say!("undeploy: deleting every {resource} and waiting for their finalizers");
         target_kubectl().run([
             "delete",
             &resource,
@@ -249,7 +250,7 @@ pub fn undeploy(operator: &str) -> Result<()> {
             "--timeout=120s",
         ])?;
     }
-    println!("undeploy: deleting what {} describes", dir.display());
+    say!("undeploy: deleting what {} describes", dir.display());
     cmd::run(
         target_kubectl()
             .with_args(["delete", "--ignore-not-found", "-k"])
@@ -289,7 +290,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .args(["run", "-p", operator, "--", "run"])
         .args(&args.args);
     if let Some((env, image)) = run_workload_image(operator, args.registry.as_deref())? {
-        println!("run: {operator} runs {image} ({env})");
+        say!("run: {operator} runs {image} ({env})");
         cargo.env(env, image);
     }
     let kubectl = target_kubectl();
@@ -309,17 +310,17 @@ fn run_workload_image(operator: &str, registry: Option<&str>) -> Result<Option<(
         return Ok(None);
     };
     if std::env::var_os(env).is_some_and(|v| !v.is_empty()) {
-        println!("run: {env} is set: {operator} runs that image");
+        say!("run: {env} is set: {operator} runs that image");
         return Ok(None);
     }
     let local = local_registry();
     let Some(registry) = registry.or(local) else {
-        println!(
+        say!(
             "run: warning: {operator}'s pods run the {app} image, which is built here only \
              with a registry to push it to: pass --registry <host:port>, or set {env}"
         );
         return Ok(None);
     };
-    println!("run: building {app} and pushing it to {registry}");
+    say!("run: building {app} and pushing it to {registry}");
     provide_workload_image(operator, registry, None)
 }

@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
+use xtask::say;
 use xtask::support::{cmd, paths};
 
 /// An image reference split the way kustomize's `images:` wants it.
@@ -96,7 +97,7 @@ pub(super) fn provide_workload_image(
 /// Builds the image and makes it reachable; returns the reference to deploy.
 pub(super) fn provide_image(operator: &str, args: &DeployArgs) -> Result<ImageRef> {
     if let Some(reference) = &args.image {
-        println!("deploy: using the image {reference} as given");
+        say!("deploy: using the image {reference} as given");
         return Ok(ImageRef::parse(reference));
     }
     let dockerfile = Path::new("operators").join(operator).join("Dockerfile");
@@ -110,7 +111,7 @@ pub(super) fn provide_image(operator: &str, args: &DeployArgs) -> Result<ImageRe
             None => xtask::support::workspace_version::workspace_version()?.to_string(),
         };
         let local = format!("{operator}:{tag}");
-        println!("deploy: docker build -f {} .", dockerfile.display());
+        say!("deploy: docker build -f {} .", dockerfile.display());
         cmd::run(
             Command::new("docker")
                 .current_dir(paths::repo_root())
@@ -130,7 +131,7 @@ pub(super) fn provide_image(operator: &str, args: &DeployArgs) -> Result<ImageRe
             ]))?;
             let mut reference = ImageRef::parse(pinned.trim());
             reference.tag = Some(tag);
-            println!("deploy: pushed {}", pinned.trim());
+            say!("deploy: pushed {}", pinned.trim());
             return Ok(reference);
         }
         if let Some(cluster) = &kind_cluster {
@@ -192,7 +193,7 @@ fn need(program: &str) -> Result<()> {
 
 /// Says that `reference` may not be pullable from the nodes of `context`.
 fn unreachable_warning(reference: &str, context: &str) {
-    println!(
+    say!(
         "deploy: warning: the image {reference} was built locally only; the nodes of \
          context {context:?} must be able to pull it (pass --registry <host:port> to push it, \
          or load it into the nodes yourself)"

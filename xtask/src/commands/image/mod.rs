@@ -35,6 +35,7 @@ mod sbom;
 pub mod system;
 mod tar;
 use oci::*;
+use xtask::say;
 
 use crate::commands::crds;
 use anyhow::{Context, Result, bail};
@@ -248,7 +249,7 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     // The workspace's own build needs (protoc), for `deploy` and `bench` on a fresh machine
     // as much as for `test` and `demo`.
     xtask::support::machine_packages::ensure_debian(&xtask::support::machine_packages::BUILD)?;
-    println!("image: building {name} (release, static, {triple})");
+    say!("image: building {name} (release, static, {triple})");
     // With an explicit --target, RUSTFLAGS reach only the target's code, not
     // build scripts or proc-macros (which must stay dynamic).
     // Every image binary in one build: their dependencies are compiled once,
@@ -282,7 +283,7 @@ pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
         .concat(),
     )?;
     ensure_rust_target(triple)?;
-    println!("image: building {name} (release, static, {triple}, with {linker})");
+    say!("image: building {name} (release, static, {triple}, with {linker})");
     let upper = triple.to_uppercase().replace('-', "_");
     let lower = triple.replace('-', "_");
     let mut cargo = cmd::cargo();
@@ -303,7 +304,7 @@ fn ensure_rust_target(triple: &str) -> Result<()> {
     if installed.lines().any(|l| l.trim() == triple) {
         return Ok(());
     }
-    println!("deps: rustup target add {triple}");
+    say!("deps: rustup target add {triple}");
     cmd::run(Command::new("rustup").args(["target", "add", triple]))
 }
 
@@ -313,7 +314,7 @@ fn checked_static(binary: PathBuf) -> Result<PathBuf> {
     match elf::linking(&bytes)? {
         elf::Linking::Static { pie } => {
             let how = if pie { "static-pie" } else { "static" };
-            println!(
+            say!(
                 "image: {} is {how} ({:.1} MB)",
                 binary.display(),
                 mb(bytes.len() as u64)
@@ -435,7 +436,7 @@ pub fn build_for(name: &str, tag: Option<&str>, platforms: &[Platform]) -> Resul
             epoch,
         };
         let document = sbom::spdx(&subject, &tree, &checksums)?;
-        println!(
+        say!(
             "image: SBOM of {name} {platform}: {} crates (SPDX 2.3)",
             tree.crates.len()
         );
@@ -479,15 +480,15 @@ fn write_image(name: &str, tag: &str, layout: &Layout) -> Result<Image> {
         .iter()
         .map(|(platform, size)| format!("{platform} {:.2} MB", mb(*size)))
         .collect();
-    println!(
+    say!(
         "image: {}:{} {} ({}: compressed layer + config)",
         image.name,
         image.tag,
         image.digest,
         sizes.join(", ")
     );
-    println!("image: layout  {}", image.layout.display());
-    println!("image: archive {}", image.archive.display());
+    say!("image: layout  {}", image.layout.display());
+    say!("image: archive {}", image.archive.display());
     Ok(image)
 }
 
@@ -539,7 +540,7 @@ pub fn push_to(image: &Image, dest: &str) -> Result<String> {
         );
     }
     let reference = format!("{dest}@{pushed}");
-    println!("image: pushed {reference}");
+    say!("image: pushed {reference}");
     push_sboms(image, dest)?;
     Ok(reference)
 }
@@ -554,7 +555,7 @@ fn push_sboms(image: &Image, dest: &str) -> Result<()> {
     let oras = match crate::commands::tool::oras() {
         Ok(oras) => oras,
         Err(e) => {
-            println!("image: warning: the SBOM is not pushed ({e:#})");
+            say!("image: warning: the SBOM is not pushed ({e:#})");
             return Ok(());
         }
     };
@@ -570,7 +571,7 @@ fn push_sboms(image: &Image, dest: &str) -> Result<()> {
         }
         cmd::output(&mut copy)
             .with_context(|| format!("pushing the SBOM {sbom} to {repository}"))?;
-        println!("image: pushed its SBOM {repository}@{sbom}");
+        say!("image: pushed its SBOM {repository}@{sbom}");
     }
     Ok(())
 }

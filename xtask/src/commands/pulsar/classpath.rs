@@ -1,6 +1,7 @@
 //! Java, Maven and the classpath of the broker, and its rendered configuration.
 
 use super::*;
+use xtask::{say, say_err};
 
 /// `$JAVA_HOME/bin/java` when `JAVA_HOME` is set, else `java` from `PATH`.
 pub(super) fn java_command() -> String {
@@ -82,7 +83,7 @@ pub(super) fn ensure_classpath(dirs: &Dirs) -> Result<PathBuf> {
     let log = File::create(&mvn_log).with_context(|| format!("creating {}", mvn_log.display()))?;
     let log_err = log.try_clone().context("duplicating the log file handle")?;
 
-    println!(
+    say!(
         "pulsar: resolving pulsar-broker {PULSAR_VERSION} with Maven (first time only, a few minutes)..."
     );
     let started = Instant::now();
@@ -105,7 +106,7 @@ pub(super) fn ensure_classpath(dirs: &Dirs) -> Result<PathBuf> {
             break status;
         }
         if started.elapsed() >= next_note {
-            println!(
+            say!(
                 "pulsar: still resolving ({}s)...",
                 started.elapsed().as_secs()
             );
@@ -114,7 +115,7 @@ pub(super) fn ensure_classpath(dirs: &Dirs) -> Result<PathBuf> {
         sleep(Duration::from_millis(250));
     };
     if !status.success() {
-        eprintln!("{}", tail(&mvn_log, 40));
+        say_err!("{}", tail(&mvn_log, 40));
         bail!(
             "mvn failed ({status}) after {}s; full output in {}",
             started.elapsed().as_secs(),
@@ -137,7 +138,7 @@ pub(super) fn ensure_classpath(dirs: &Dirs) -> Result<PathBuf> {
     let jars = fs::read_dir(&lib)
         .map(|d| d.count().saturating_sub(1))
         .unwrap_or(0);
-    println!(
+    say!(
         "pulsar: resolved {jars} jars in {:.0}s into {}",
         started.elapsed().as_secs_f64(),
         lib.display()

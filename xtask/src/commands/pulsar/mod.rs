@@ -41,6 +41,7 @@ mod classpath;
 mod state;
 use classpath::*;
 use state::*;
+use xtask::{say, say_err};
 
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
@@ -173,7 +174,7 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
             if serving(&state.ports) && !conf.contains(&advertised) {
                 // Started before the local cluster's real node: pods could
                 // not follow the broker's lookup answers.
-                println!(
+                say!(
                     "pulsar: the local cluster's real node is up: restarting the broker (pid {}) \
                      so it advertises {} to pods",
                     state.pid,
@@ -190,7 +191,7 @@ pub fn up(opts: &PulsarOptions) -> Result<PulsarInfo> {
             // waiting (the broker lives on in its own process group), or a
             // broker in trouble. Give it the usual time rather than start a
             // second one; `wait_ready` fails with the log's tail otherwise.
-            println!(
+            say!(
                 "pulsar: broker (pid {}) is running but not serving yet; waiting",
                 state.pid
             );
@@ -284,7 +285,7 @@ fn start(dirs: &Dirs, ports: Ports, fresh_data: bool) -> Result<PulsarInfo> {
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
-    println!(
+    say!(
         "pulsar: starting broker {PULSAR_VERSION} (log: {})",
         log_path.display()
     );
@@ -302,7 +303,7 @@ fn start(dirs: &Dirs, ports: Ports, fresh_data: bool) -> Result<PulsarInfo> {
         State::remove(dirs);
         return Err(e);
     }
-    println!(
+    say!(
         "pulsar: broker ready in {:.1}s (pid {pid}): pulsar://127.0.0.1:{}, http://127.0.0.1:{}",
         started.elapsed().as_secs_f64(),
         ports.broker,
@@ -325,7 +326,7 @@ pub fn restart() -> Result<PulsarInfo> {
     let ports = match State::read(&dirs)? {
         Some(state) => {
             if process_group::alive(state.pid) && is_our_broker(state.pid) {
-                println!(
+                say!(
                     "pulsar: stopping broker (pid {}), keeping its data",
                     state.pid
                 );
@@ -364,11 +365,11 @@ pub fn down() -> Result<()> {
     let dirs = Dirs::new()?;
     match State::read(&dirs)? {
         Some(state) if process_group::alive(state.pid) && is_our_broker(state.pid) => {
-            println!("pulsar: stopping broker (pid {})", state.pid);
+            say!("pulsar: stopping broker (pid {})", state.pid);
             stop_group(state.pid)?;
         }
         // Gone, or the pid now belongs to an unrelated process: signal nothing.
-        Some(_) | None => println!("pulsar: broker was not running"),
+        Some(_) | None => say!("pulsar: broker was not running"),
     }
     State::remove(&dirs);
     remove_dir_if_exists(&dirs.data())?;
@@ -390,21 +391,21 @@ pub fn status() -> Result<()> {
             } else {
                 "not serving (yet?)"
             };
-            println!("pulsar {PULSAR_VERSION}: running, {serving}");
-            println!("  pid:         {}", state.pid);
-            println!("  service URL: {}", info.service_url);
-            println!("  admin URL:   {}", info.admin_url);
-            println!("  bookie port: {}", state.ports.bookie);
-            println!("  log:         {}", info.log_path.display());
+            say!("pulsar {PULSAR_VERSION}: running, {serving}");
+            say!("  pid:         {}", state.pid);
+            say!("  service URL: {}", info.service_url);
+            say!("  admin URL:   {}", info.admin_url);
+            say!("  bookie port: {}", state.ports.bookie);
+            say!("  log:         {}", info.log_path.display());
         }
         _ => {
-            println!("pulsar {PULSAR_VERSION}: not running");
+            say!("pulsar {PULSAR_VERSION}: not running");
             if log.exists() {
-                println!("  last log:    {}", log.display());
+                say!("  last log:    {}", log.display());
             }
         }
     }
-    println!("  classpath:   {}", dirs.lib().display());
+    say!("  classpath:   {}", dirs.lib().display());
     Ok(())
 }
 
@@ -429,7 +430,7 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
             None => (!process_group::alive(pid)).then(|| "exited".to_string()),
         };
         if let Some(how) = exited {
-            eprintln!("{}", tail(&dirs.log(), 60));
+            say_err!("{}", tail(&dirs.log(), 60));
             bail!(
                 "the Pulsar broker exited during startup ({how}); log: {}",
                 dirs.log().display()
@@ -454,7 +455,7 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
         }
         let elapsed = started.elapsed();
         if elapsed > READY_TIMEOUT {
-            eprintln!("{}", tail(&dirs.log(), 60));
+            say_err!("{}", tail(&dirs.log(), 60));
             bail!(
                 "the Pulsar broker (pid {pid}) did not serve within {}s (waiting for the {stage}); \
                  log: {}",
@@ -463,7 +464,7 @@ fn wait_ready(ports: &Ports, pid: u32, mut child: Option<&mut Child>, dirs: &Dir
             );
         }
         if elapsed >= next_note {
-            println!(
+            say!(
                 "pulsar: waiting for the {stage} ({}s)...",
                 elapsed.as_secs()
             );
@@ -511,7 +512,7 @@ fn stop_group(pgid: u32) -> Result<()> {
         grace,
         || process_group::group_alive(pgid),
         || {
-            println!(
+            say!(
                 "pulsar: broker did not stop within {}s; killing it",
                 STOP_TIMEOUT.as_secs()
             );

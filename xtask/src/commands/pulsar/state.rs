@@ -1,6 +1,7 @@
 //! The broker's directories, its state file (pid and ports) and the lock that serialises `up`.
 
 use super::*;
+use xtask::say;
 
 /// The cache (classpath) and state (pid, log, data) directories.
 pub(super) struct Dirs {
@@ -145,7 +146,7 @@ impl Lock {
                         }
                     }
                     if !told {
-                        println!("pulsar: another `up` is in progress; waiting for it");
+                        say!("pulsar: another `up` is in progress; waiting for it");
                         told = true;
                     }
                     if Instant::now() > deadline {

@@ -20,6 +20,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
+use xtask::say;
 use xtask::support::{cmd, paths};
 
 /// The `-controller` value of `op`, if the Go originals have it.
@@ -58,7 +59,7 @@ pub(super) fn binary(given: Option<&Path>) -> Result<PathBuf> {
     if is_newer_than_all(&out, &files) {
         return Ok(out);
     }
-    println!(
+    say!(
         "==> building the Go originals from {} into {} (outside the repository)",
         source.display(),
         out.display()

@@ -53,6 +53,7 @@ use std::path::{Path, PathBuf};
 use watch::StatusShape;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::local_operator;
+use xtask::{say, say_err};
 
 /// `cargo xtask bench operator ...`.
 pub fn run(args: &OperatorArgs) -> Result<()> {
@@ -82,7 +83,7 @@ fn run_standard(base: &OperatorArgs) -> Result<()> {
             ..base.clone()
         };
         if let Err(e) = bench_and_record(&runtime, &args) {
-            eprintln!(
+            say_err!(
                 "bench operator: {} N={objects} failed: {e:#}",
                 operator.name()
             );
@@ -93,7 +94,7 @@ fn run_standard(base: &OperatorArgs) -> Result<()> {
         }
     }
     let summary = report::write_summary()?;
-    println!("{summary}");
+    say!("{summary}");
     ensure!(
         failed.is_empty(),
         "some runs failed:\n{}",
@@ -135,7 +136,7 @@ fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> R
 /// One run of the Rust operator, recorded in `target/bench/<run>.json`.
 fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
     let op = args.operator;
-    println!(
+    say!(
         "==> bench operator: {} with {} objects ({} replicas){}{}",
         op.name(),
         args.objects,
@@ -189,7 +190,7 @@ fn bench_go(
     controller: &'static str,
 ) -> Result<()> {
     let op = args.operator;
-    println!(
+    say!(
         "==> bench operator: the Go original of {} ({}) with {} objects ({} replicas)",
         op.name(),
         binary.display(),
@@ -227,8 +228,8 @@ fn bench_go(
 fn record(outcome: &record::RunRecord, name: &str) -> Result<()> {
     let path = out_dir()?.join(format!("{name}.json"));
     fs::write(&path, outcome.to_json()?).with_context(|| format!("writing {}", path.display()))?;
-    println!("{}", report::one_line(outcome));
-    println!("wrote {}", path.display());
+    say!("{}", report::one_line(outcome));
+    say!("wrote {}", path.display());
     Ok(())
 }
 

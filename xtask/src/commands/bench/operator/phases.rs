@@ -14,6 +14,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use std::time::{Duration, Instant};
+use xtask::say;
 
 /// NodePorts not used by any Service of the cluster, `count` of them.
 async fn free_node_ports(client: &Client, count: u32) -> Result<Vec<i32>> {
@@ -92,7 +93,7 @@ impl Session<'_> {
         };
         let all_ready_seconds = seconds(t_create, created.converged);
         let reconciles = self.process.reconciles();
-        println!(
+        say!(
             "    create: {n} objects Ready in {all_ready_seconds}s (their status {}s, their pods {}s; p50 {}s, p99 {}s), {reconciles} reconciles, {} status writes, peak RSS {} MiB",
             seconds(t_create, created.objects_ready),
             seconds(t_create, created.pods_ready),
@@ -140,7 +141,7 @@ impl Session<'_> {
         let desired = self.want_pods(self.target.args.replicas);
         let ever = self.pods.lock().map_or(0, |p| p.ever.len());
         let reconciles = after.2.saturating_sub(before.2);
-        println!(
+        say!(
             "    quiet {}s: {} writes, {reconciles} reconciles; RSS {} MiB",
             settle.as_secs(),
             steady.requests.writes,
@@ -185,7 +186,7 @@ impl Session<'_> {
         .await?;
         let restarted = self.end_phase()?;
         let all_reconciled_seconds = seconds(t_restart, t_reconciled);
-        println!(
+        say!(
             "    restart: every object reconciled {all_reconciled_seconds}s after the stop, {} writes, peak RSS {} MiB",
             restarted.requests.writes,
             procfs::mib(restarted.sample.hwm_kib)
@@ -229,7 +230,7 @@ impl Session<'_> {
             .map_or(0, |p| p.ever.len())
             .saturating_sub(pods_before);
         let all_ready_seconds = seconds(t_change, patched.converged);
-        println!("    change ({what}): converged in {all_ready_seconds}s");
+        say!("    change ({what}): converged in {all_ready_seconds}s");
         let change = Change {
             what,
             all_ready_seconds,
@@ -258,7 +259,7 @@ impl Session<'_> {
         .await?;
         let t_children_gone = self.children_gone().await?;
         let children_gone_seconds = seconds(t_delete, t_children_gone);
-        println!("    delete: children gone in {children_gone_seconds}s");
+        say!("    delete: children gone in {children_gone_seconds}s");
         let end = self.end_phase()?;
         // Every request of both processes (before and after the restart).
         let last = Requests::from_counts(self.requests_until_mark(), self.n);
@@ -295,7 +296,7 @@ impl Session<'_> {
                 {
                     Ok(_) => break,
                     Err(e) if Instant::now() < deadline => {
-                        println!("    delete: attempt {attempt} failed ({e}); again");
+                        say!("    delete: attempt {attempt} failed ({e}); again");
                         tokio::time::sleep(Duration::from_secs(2)).await;
                     }
                     Err(e) => {

@@ -28,6 +28,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tower::ServiceExt as _;
+use xtask::say_err;
 use xtask::support::logged_requests;
 
 /// Headers that belong to one hop (RFC 9110 section 7.6.1), not passed on.
@@ -65,7 +66,7 @@ impl CountingProxy {
         });
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
-                eprintln!("bench: counting proxy stopped: {e}");
+                say_err!("bench: counting proxy stopped: {e}");
             }
         });
         Ok(Self { addr, seen, task })

@@ -19,6 +19,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use xtask::say;
 
 /// How long one round may take.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(120);
@@ -100,7 +101,7 @@ impl Session<'_> {
             cpu_seconds: phase.cpu_seconds,
             requests: super::record::Requests::from_counts(phase.requests.by_verb, rounds),
         };
-        println!(
+        say!(
             "    reaction ({}, {rounds} rounds): first child write p50 {}s p99 {}s; status p50 {}s p99 {}s",
             reaction.what,
             reaction.child_write_p50_seconds,

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 use std::fmt::Write as _;
 use std::fs;
+use xtask::{say, say_err};
 
 /// Idle RSS target, MiB.
 const IDLE_TARGET_MIB: f64 = 10.0;
@@ -142,7 +143,7 @@ fn runs() -> Result<Vec<RunRecord>> {
         }
         match serde_json::from_str::<RunRecord>(&text) {
             Ok(run) => runs.push(run),
-            Err(e) => eprintln!("bench: {} left out: {e}", path.display()),
+            Err(e) => say_err!("bench: {} left out: {e}", path.display()),
         }
     }
     let order = |r: &RunRecord| {
@@ -186,11 +187,11 @@ pub fn write_summary() -> Result<String> {
         let path = dir.join("side-by-side.md");
         fs::write(&path, side_by_side(&runs))
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        say!("wrote {}", path.display());
     }
     let svg_path = dir.join("ready-over-time.svg");
     fs::write(&svg_path, svg(&runs)).with_context(|| format!("writing {}", svg_path.display()))?;
-    println!("wrote {} and {}", md_path.display(), svg_path.display());
+    say!("wrote {} and {}", md_path.display(), svg_path.display());
     Ok(md)
 }
 

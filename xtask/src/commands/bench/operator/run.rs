@@ -19,6 +19,7 @@ use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use xtask::say;
 
 /// Creates a fresh bench namespace (`--namespaces K`: K of them), runs every phase in it
 /// against what `launcher` starts (its status read as `shape` says), deletes it. `client`: the bench's own
@@ -62,7 +63,7 @@ pub(super) async fn bench(
             return Err(e.into());
         }
     }
-    println!("    namespace {}", namespaces.join(", "));
+    say!("    namespace {}", namespaces.join(", "));
     let target = Target {
         args,
         launcher,
@@ -75,7 +76,7 @@ pub(super) async fn bench(
     let result = tokio::select! {
         result = run_phases(&target) => result,
         signal = interrupted() => {
-            println!("    {signal}: stopping the operator, deleting {}", namespaces.join(", "));
+            say!("    {signal}: stopping the operator, deleting {}", namespaces.join(", "));
             Err(anyhow!("interrupted by {signal}"))
         }
     };
@@ -91,10 +92,16 @@ async fn interrupted() -> &'static str {
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
     ) {
-        (Ok(mut interrupt), Ok(mut terminate)) => tokio::select! {
-            _ = interrupt.recv() => "SIGINT",
-            _ = terminate.recv() => "SIGTERM",
-        },
+        (Ok(mut interrupt), Ok(mut terminate)) => {
+            let signal = tokio::select! {
+                _ = interrupt.recv() => "SIGINT",
+                _ = terminate.recv() => "SIGTERM",
+            };
+            // The reader of a piped output got the SIGINT too: the cleanup's output may
+            // go nowhere, and must not stop it (`say!`, `console::status`).
+            xtask::support::console::interrupted();
+            signal
+        }
         _ => std::future::pending().await,
     }
 }

@@ -21,6 +21,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use xtask::say;
 
 /// What one run is of: the options, the binary and where it runs.
 pub(super) struct Target<'a> {
@@ -148,7 +149,7 @@ impl<'a> Session<'a> {
         // Let startup allocations settle, then read the idle figures.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let idle = run.end_phase()?;
-        println!(
+        say!(
             "    idle: RSS {} MiB (anonymous {} MiB, peak {} MiB), {} threads, ready after {ready_seconds}s",
             procfs::mib(idle.sample.rss_kib),
             procfs::mib(idle.sample.anon_kib),

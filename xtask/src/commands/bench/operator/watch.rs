@@ -14,6 +14,7 @@ use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use xtask::{say, say_err};
 
 /// How an implementation's status says that an object is Ready at its spec.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -301,7 +302,7 @@ pub(super) async fn create_strangers(client: &Client, namespace: &str, count: u3
         .buffer_unordered(32)
         .try_collect::<Vec<()>>()
         .await?;
-    println!(
+    say!(
         "    {count} stranger pods created in {}s",
         seconds(started, Instant::now())
     );
@@ -322,7 +323,7 @@ pub(super) async fn create_strangers(client: &Client, namespace: &str, count: u3
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    println!(
+    say!(
         "    {count} stranger pods Running after {}s",
         seconds(started, Instant::now())
     );
@@ -410,7 +411,7 @@ pub(super) fn spawn_watches(
                     s.generation.remove(&obj.name_any());
                 }
                 Ok(Event::Init | Event::InitDone) => {}
-                Err(e) => eprintln!("bench: custom resource watch: {e}"),
+                Err(e) => say_err!("bench: custom resource watch: {e}"),
             }
         }
     });
@@ -457,7 +458,7 @@ pub(super) fn spawn_watches(
                         s.observe(pod);
                     }
                 }
-                Err(e) => eprintln!("bench: pod watch: {e}"),
+                Err(e) => say_err!("bench: pod watch: {e}"),
             }
         }
     });
@@ -476,7 +477,7 @@ pub(super) fn spawn_watches(
                 Ok(Event::Apply(d)) => c.deployment(&d.metadata, now, false),
                 Ok(Event::InitApply(d)) => c.deployment(&d.metadata, now, true),
                 Ok(Event::Delete(_) | Event::Init | Event::InitDone) => {}
-                Err(e) => eprintln!("bench: Deployment watch: {e}"),
+                Err(e) => say_err!("bench: Deployment watch: {e}"),
             }
         }
     });
