@@ -158,8 +158,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
 
     /// When to look again at a leftover in the way: 5 s ([`ownership::LEFTOVER_RECHECK`]),
     /// doubling with each reconcile of the primary that still meets one, up to 5 min;
-    /// `None` when no child met one, which starts
-    /// the primary's schedule over.
+    /// `None` when no child met one, which starts the primary's schedule over.
     #[must_use]
     pub fn leftover_recheck(&self) -> Option<Duration> {
         if self.leftover {
@@ -235,8 +234,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
             && let Some(slim) = &cached
             && slim.holds(fingerprint(desired)?)
         {
-            self.desired
-                .insert((K::kind(&()).into_owned().into(), name));
+            self.desired.insert((K::kind(&()), name));
             return Ok(self.record(Outcome::InSync, Some(Current::Cached(Arc::clone(slim)))));
         }
         match self.claim(&name, cached).await? {
@@ -275,8 +273,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         name: &str,
         cached: Option<Arc<Slim<K>>>,
     ) -> Result<Claimed<K>, Error> {
-        self.desired
-            .insert((K::kind(&()).into_owned().into(), name.to_owned()));
+        self.desired.insert((K::kind(&()), name.to_owned()));
         if self.terminating {
             return Ok(Claimed::Blocked(
                 self.record(Outcome::NamespaceTerminating, None),
@@ -345,14 +342,11 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
             }
             Ok(None) => {
                 tracing::trace!(%kind, child = %name, "child in sync");
-                match cached {
-                    // Remembered: the next reconcile wanting the same skips the comparison.
-                    Some(slim) => {
-                        slim.found_holding(fingerprint(desired)?);
-                        (Outcome::InSync, Some(Current::Cached(slim)))
-                    }
-                    None => (Outcome::InSync, current.map(Current::Object)),
+                // Remembered: the next reconcile wanting the same skips the comparison.
+                if let Some(slim) = cached {
+                    slim.found_holding(fingerprint(desired)?);
                 }
+                (Outcome::InSync, current.map(Current::Object))
             }
             Err(Error::Kube(e)) => {
                 let outcome = Outcome::of_error(e)?;
@@ -623,11 +617,15 @@ mod tests {
         let slim = cached(desired.clone());
         let child = children.apply(&desired, slim.clone()).await.unwrap();
         assert!(matches!(child.outcome, Outcome::InSync), "{child:?}");
-        assert!(matches!(child.current, Some(Current::Cached(_))));
+        assert!(
+            matches!(child.current, Some(Current::Object(_))),
+            "as parsed"
+        );
         assert!(slim.as_ref().unwrap().holds(fingerprint(&desired).unwrap()));
         // Again: found holding it, nothing parsed.
         let child = children.apply(&desired, slim).await.unwrap();
         assert!(matches!(child.outcome, Outcome::InSync));
+        assert!(matches!(child.current, Some(Current::Cached(_))));
         assert!(script.lines().is_empty(), "{:?}", script.lines());
     }
 

@@ -86,7 +86,8 @@ pub enum Outcome {
     InSync,
     /// The name is held by the child of an earlier primary of the same kind and name
     /// (garbage collection removes it; it may be stuck terminating): nothing was written,
-    /// and [`Children::leftover_recheck`] says when to look again.
+    /// and [`Children::leftover_recheck`](super::Children::leftover_recheck) says when to
+    /// look again.
     Leftover,
     /// Not written, for a reason the status reports.
     Problem(Problem),
