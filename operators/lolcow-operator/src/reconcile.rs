@@ -141,11 +141,14 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
 
     // The web app. The API server refusing it is an error, retried with backoff.
     let dep = desired::desired_deployment(&lc, owner.clone(), &ctx.image);
-    let dep = children
-        .apply(&dep, ctx.deployments.find(&ns, &name))
-        .await?;
-    if let Outcome::Problem(Problem::Refused(refusal)) = dep.outcome {
-        return Err(refusal.into_error().into());
+    let cached_dep = ctx.deployments.find(&ns, &name);
+    let dep = children.apply(&dep, cached_dep.clone()).await?;
+    match &dep.outcome {
+        Outcome::Problem(Problem::Refused(refusal)) => {
+            return Err(refusal.clone().into_error().into());
+        }
+        Outcome::Written => log_greeting(&lc, cached_dep.as_deref()),
+        _ => {}
     }
 
     // The NodePort Service: a 422 (the port taken, out of range) is a condition.
@@ -199,6 +202,20 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
     Ok(children
         .leftover_recheck()
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Logs a change of the greeting the web app's Deployment was just written with, from
+/// the one `cached` configured.
+fn log_greeting(lc: &Lolcow, cached: Option<&Slim<Deployment>>) {
+    let old = cached
+        .and_then(|d| d.full().ok())
+        .and_then(|d| desired::configured_greeting(&d));
+    let new = desired::greeting(lc);
+    match old {
+        Some(old) if old != new => tracing::info!(old = %old, new = %new, "new greeting"),
+        None => tracing::info!(greeting = %new, "web app greeting"),
+        Some(_) => {}
+    }
 }
 
 #[cfg(test)]
