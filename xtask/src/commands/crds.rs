@@ -8,8 +8,7 @@ use xtask::say;
 use xtask::support::cmd;
 use xtask::support::paths;
 
-/// The operators of the workspace, by binary name (`xtask::support::operators`).
-pub use xtask::support::operators::OPERATORS;
+use xtask::support::operators::OPERATORS;
 
 /// Operators that already have a deploy tree (and so a committed CRD).
 pub fn deployed_operators() -> Vec<&'static str> {

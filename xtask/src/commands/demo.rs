@@ -15,7 +15,6 @@
 //! With a real cluster in KUBECONFIG it deploys the operators there.
 
 use crate::commands::cluster;
-use crate::commands::crds::OPERATORS;
 use crate::commands::deploy;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -25,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::local_operator::{self, Launch, LocalOperator};
+use xtask::support::operators::OPERATORS;
 use xtask::support::operators::{LOLCOW, PULSAR_CONSUMER, all_resources};
 use xtask::support::paths;
 use xtask::support::process_group;

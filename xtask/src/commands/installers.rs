@@ -294,7 +294,7 @@ mod tests {
         );
         assert_eq!(
             crds::selected(&[]).map(|all| all.len()).ok(),
-            Some(crds::OPERATORS.len())
+            Some(xtask::support::operators::OPERATORS.len())
         );
     }
 }

@@ -27,6 +27,7 @@ use xtask::say;
 use xtask::support::cmd;
 use xtask::support::kubectl::Kubectl;
 use xtask::support::kustomize;
+use xtask::support::operators::OPERATORS;
 use xtask::support::paths;
 
 /// Options of `cargo xtask deploy`.
@@ -65,10 +66,10 @@ pub struct RunArgs {
 
 /// Fails unless `operator` is one of the workspace's operators.
 fn known_operator(operator: &str) -> Result<()> {
-    if !crds::OPERATORS.contains(&operator) {
+    if !OPERATORS.contains(&operator) {
         bail!(
             "unknown operator {operator:?}; one of: {}",
-            crds::OPERATORS.join(", ")
+            OPERATORS.join(", ")
         );
     }
     Ok(())

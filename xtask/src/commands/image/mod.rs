@@ -37,7 +37,6 @@ mod tar;
 use oci::*;
 use xtask::say;
 
-use crate::commands::crds;
 use anyhow::{Context, Result, bail};
 use flate2::{Compression, GzBuilder};
 use serde_json::{Value, json};
@@ -45,6 +44,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use xtask::support::cmd;
+use xtask::support::operators::OPERATORS;
 use xtask::support::paths;
 
 /// Where the CA bundle comes from (Debian's `ca-certificates`) and goes to.
@@ -200,7 +200,7 @@ pub fn run(args: &ImageArgs) -> Result<()> {
 /// Every binary that can be packed: the operators and the workload apps they run
 /// (`xtask::support::operators`).
 pub fn known() -> Vec<&'static str> {
-    crds::OPERATORS
+    OPERATORS
         .into_iter()
         .chain(xtask::support::operators::workload_apps())
         .collect()
