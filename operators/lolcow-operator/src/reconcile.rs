@@ -17,7 +17,7 @@ use kube::{
 };
 use shared::{
     ErrorBackoff, Scope, Toolkit,
-    children::{Children, Outcome, Problem},
+    children::{Children, Outcome, Problem, Refusal},
     conditions,
     namespaces::ScopedStores,
     slim::Slim,
@@ -157,25 +157,8 @@ pub async fn reconcile(lc: Arc<Lolcow>, ctx: Arc<Context>) -> Result<Action, Err
     if children.namespace_terminating() {
         return Ok(Action::await_change());
     }
-    let mut problem = match &svc.outcome {
-        Outcome::Problem(Problem::Refused(refusal)) => {
-            match ChildProblem::from_rejection(refusal.code(), refusal.message()) {
-                Some(problem) => Some(problem),
-                None => return Err(refusal.clone().into_error().into()),
-            }
-        }
-        _ => None,
-    };
     // Names held by objects this Lolcow does not control are never written to.
-    let conflicts: Vec<_> = children
-        .problems()
-        .iter()
-        .filter_map(Problem::name_conflict)
-        .cloned()
-        .collect();
-    if !conflicts.is_empty() {
-        problem = Some(ChildProblem::name_conflict(&conflicts));
-    }
+    let problem = ChildProblem::of(children.problems()).map_err(Refusal::into_error)?;
     let (dep, svc) = (dep.into_object()?, svc.into_object()?);
 
     // What is served, in the status; an event when Ready changes.

@@ -7,6 +7,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Condition,
 };
 use shared::{
+    children::{Problem, Refusal},
     conditions::{Conditions, HasConditions},
     events::Announce,
 };
@@ -101,6 +102,34 @@ impl ChildProblem {
                 .map(shared::ownership::NameConflict::message)
                 .collect::<Vec<_>>()
                 .join("; "),
+        }
+    }
+
+    /// What the status reports of the problems writing the children met: the names held
+    /// by objects this Lolcow does not control (all of them), else a refused Service.
+    ///
+    /// # Errors
+    /// The refusal that is not a problem for the user ([`ChildProblem::from_rejection`]),
+    /// to retry as an error.
+    pub fn of(problems: &[Problem]) -> Result<Option<Self>, Refusal> {
+        let mut refused = None;
+        for problem in problems {
+            if let Problem::Refused(r) = problem {
+                match Self::from_rejection(r.code(), r.message()) {
+                    Some(p) => refused = refused.or(Some(p)),
+                    None => return Err(r.clone()),
+                }
+            }
+        }
+        let conflicts: Vec<_> = problems
+            .iter()
+            .filter_map(Problem::name_conflict)
+            .cloned()
+            .collect();
+        if conflicts.is_empty() {
+            Ok(refused)
+        } else {
+            Ok(Some(Self::name_conflict(&conflicts)))
         }
     }
 
@@ -309,6 +338,46 @@ mod tests {
                 .reason,
             REASON_SERVICE_REJECTED
         );
+    }
+
+    #[test]
+    fn the_problem_of_the_children() {
+        let refused = |code: u16, message: &str| {
+            let error = kube::Error::Api(
+                kube::core::Status::failure(message, "Invalid")
+                    .with_code(code)
+                    .boxed(),
+            );
+            match shared::children::Outcome::of_error(error) {
+                Ok(shared::children::Outcome::Problem(p)) => p,
+                other => panic!("{other:?}"),
+            }
+        };
+        let conflict = Problem::NameConflict(shared::ownership::NameConflict {
+            kind: "Deployment".into(),
+            name: "moo".into(),
+            owner_kind: "Lolcow".into(),
+        });
+        assert_eq!(ChildProblem::of(&[]).unwrap(), None);
+        let taken = refused(422, "port 30080 is already allocated");
+        assert_eq!(
+            ChildProblem::of(std::slice::from_ref(&taken))
+                .unwrap()
+                .unwrap()
+                .reason,
+            REASON_PORT_CONFLICT
+        );
+        // A name held by a stranger comes first.
+        assert_eq!(
+            ChildProblem::of(&[conflict.clone(), taken])
+                .unwrap()
+                .unwrap()
+                .reason,
+            REASON_NAME_CONFLICT
+        );
+        // A 403 is retried as an error, whatever else.
+        let forbidden = ChildProblem::of(&[conflict, refused(403, "forbidden")]).unwrap_err();
+        assert_eq!(forbidden.code(), 403);
     }
 
     #[test]
