@@ -158,16 +158,12 @@ fn crate_env_vars() -> Vec<String> {
         .collect()
 }
 
-/// The cargo that built this crate, without [`crate_env_vars`]: for every nested cargo.
+/// The cargo that built this crate, for every nested cargo: without the variables Cargo
+/// set for the crate this process runs as (`CARGO_MANIFEST_*`, `CARGO_PKG_*`, ...), which
+/// would make a nested build and a build by hand rebuild each other's build scripts.
 #[must_use]
 pub fn cargo() -> Command {
     let mut cargo = Command::new(env!("CARGO"));
-    without_crate_env(&mut cargo);
-    cargo
-}
-
-/// `cargo` without [`crate_env_vars`].
-fn without_crate_env(cargo: &mut Command) -> &mut Command {
     for name in crate_env_vars() {
         cargo.env_remove(name);
     }

@@ -73,7 +73,7 @@ pub fn interrupted() {
 
 /// Whether a write failed or [`interrupted`] was called.
 #[must_use]
-pub fn output_may_be_gone() -> bool {
+fn output_may_be_gone() -> bool {
     OUTPUT_MAY_BE_GONE.load(Ordering::SeqCst)
 }
 

@@ -187,7 +187,7 @@ fn workspace_version_line(lines: &[&str]) -> Result<(usize, String)> {
 ///
 /// # Errors
 /// When `[workspace.package]` has no version, or it is not SemVer.
-pub fn workspace_version_in(toml: &str) -> Result<Version> {
+fn workspace_version_in(toml: &str) -> Result<Version> {
     let lines: Vec<&str> = toml.lines().collect();
     let (_, value) = workspace_version_line(&lines)?;
     Version::parse(&value, "Cargo.toml's [workspace.package] version")
