@@ -22,12 +22,13 @@
 //!   from the kustomize trees, or fail on drift (and lint and compare them).
 //! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
 //! - `check-docs`: every relative link and `cargo xtask` command in the docs exists.
+//! - `lint-manifests`: kube-score and checkov over the installers and the default charts.
 
 mod commands;
 
 use commands::{
-    actionlint, bench, charts, check_docs, cluster, crds, demo, deploy, image, installers, new,
-    pulsar, release, test, tool,
+    actionlint, bench, charts, check_docs, cluster, crds, demo, deploy, image, installers,
+    lint_manifests, new, pulsar, release, test, tool,
 };
 use xtask::say;
 
@@ -96,6 +97,10 @@ enum Command {
     /// Check the docs (README.md, CHANGELOG.md, docs/, operators' READMEs): every
     /// relative link and heading anchor, and every `cargo xtask` command they name.
     CheckDocs,
+    /// Lint every `deploy/<operator>/install.yaml` and every chart rendered with its
+    /// defaults with kube-score and checkov (built and installed into the cache on first
+    /// use); fails on any finding not suppressed on its object with a reason.
+    LintManifests,
     /// Run everything CI runs.
     Test(test::TestArgs),
     /// Build an OCI image of one binary under `target/images/` (and push it).
@@ -204,6 +209,7 @@ fn main() -> Result<()> {
         Command::Installers(args) => installers::run(&args),
         Command::Release(args) => release::run(&args),
         Command::Actionlint => actionlint::run(),
+        Command::LintManifests => lint_manifests::run(),
         Command::CheckDocs => check_docs::run(<Cli as clap::CommandFactory>::command()),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),

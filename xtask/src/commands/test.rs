@@ -115,6 +115,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
         "Helm charts (drift, helm lint --strict, helm template = kubectl kustomize)",
         || crate::commands::charts::run(true),
     )?;
+    step(
+        "kube-score and checkov (installers, charts with their defaults)",
+        crate::commands::lint_manifests::run,
+    )?;
     step("unit tests", || {
         run_counting(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
     })?;
