@@ -22,6 +22,13 @@
 //! installer name one release.
 //! `--check` (a step of `cargo xtask test`) fails instead of writing when either differs.
 //!
+//! `--digests` (with `--out-dir`) pins every image by digest as well
+//! (`<registry>/<image>:<tag>@sha256:...`): the digest of the image `cargo xtask image
+//! <image> --tag <tag>` wrote under `target/images/`, which is the digest it pushes. The
+//! release workflow builds and pushes the images first, then writes the installers it
+//! attaches this way; the committed ones cannot carry digests, as they are generated
+//! before the release's images exist.
+//!
 //! kustomize is the cluster's own kubectl (built with the local cluster): a kubectl of
 //! another version may format its output differently, which would read as drift.
 
@@ -63,6 +70,10 @@ pub struct InstallersArgs {
     /// (the kustomize trees are left as they are).
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
+    /// Pin each image by the digest of the image built for this tag under
+    /// `target/images/` (`cargo xtask image <image> --tag <tag>` first); needs --out-dir.
+    #[arg(long, requires = "out_dir")]
+    pub digests: bool,
     /// The operators (default: every operator with a `deploy/` tree).
     pub operators: Vec<String>,
 }
@@ -85,7 +96,12 @@ pub fn run(args: &InstallersArgs) -> Result<()> {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             for op in &operators {
                 let path = dir.join(format!("{op}-{FILE}"));
-                std::fs::write(&path, render(op, registry, &tag)?)
+                let digests = if args.digests {
+                    Some(Digests::built(op, &tag)?)
+                } else {
+                    None
+                };
+                std::fs::write(&path, render(op, registry, &tag, digests.as_ref())?)
                     .with_context(|| format!("writing {}", path.display()))?;
                 say!("installers: wrote {}", path.display());
             }
@@ -117,7 +133,7 @@ pub fn sync(operators: &[&str], version: &Version, check: bool) -> Result<()> {
         // they are: one run names every file that differs).
         let path = dir.join(FILE);
         let have = std::fs::read_to_string(&path).unwrap_or_default();
-        let want = render(op, DEFAULT_REGISTRY, &tag)?;
+        let want = render(op, DEFAULT_REGISTRY, &tag, None)?;
         write_or_compare(&path, &have, &want, check, &mut drifted)?;
     }
     if !drifted.is_empty() {
@@ -212,11 +228,68 @@ fn kustomize_kubectl() -> Result<Kubectl> {
     Ok(Kubectl::new(cluster::build::kubectl()?))
 }
 
-/// The installer of `operator` with its images under `registry`, tagged `tag`.
+/// The digests an installer pins: the operator's image's and its workload image's.
+pub struct Digests {
+    /// `sha256:...` of the operator's image.
+    pub operator: String,
+    /// `sha256:...` of the workload app's image, for the operators that run one.
+    pub workload: Option<String>,
+}
+
+impl Digests {
+    /// The digests of the images of `operator` (and its workload app) built for `tag`
+    /// under `target/images/`.
+    ///
+    /// # Errors
+    /// When an image was not built, or was built for another tag.
+    pub fn built(operator: &str, tag: &str) -> Result<Digests> {
+        let of = |image: &str| {
+            layout_digest(&crate::commands::image::images_dir().join(image), tag).with_context(
+                || {
+                    format!(
+                        "--digests: build the image first: cargo xtask image {image} --tag {tag}"
+                    )
+                },
+            )
+        };
+        Ok(Digests {
+            operator: of(operator)?,
+            workload: deploy::workload_image(operator)
+                .map(|(app, _)| of(app))
+                .transpose()?,
+        })
+    }
+}
+
+/// The digest of the image tagged `tag` in the OCI image layout `dir` (its `index.json`).
+fn layout_digest(dir: &Path, tag: &str) -> Result<String> {
+    let path = dir.join("index.json");
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", path.display()))?;
+    index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .and_then(|m| m["digest"].as_str())
+        .filter(|d| d.starts_with("sha256:"))
+        .map(str::to_owned)
+        .with_context(|| format!("{} has no image tagged {tag}", path.display()))
+}
+
+/// The installer of `operator` with its images under `registry`, tagged `tag` (and
+/// pinned by `digests`).
 ///
 /// # Errors
 /// When kustomize fails.
-pub fn render(operator: &str, registry: &str, tag: &str) -> Result<String> {
+pub fn render(
+    operator: &str,
+    registry: &str,
+    tag: &str,
+    digests: Option<&Digests>,
+) -> Result<String> {
     let tree = deploy_dir(operator);
     let dir = paths::target_dir().join("installers").join(operator);
     if dir.exists() {
@@ -229,9 +302,19 @@ pub fn render(operator: &str, registry: &str, tag: &str) -> Result<String> {
         "resources": [deploy::relative(&dir, &tree)],
         "images": [{"name": operator, "newName": format!("{registry}/{operator}"), "newTag": tag}],
     });
+    let pin = |digest: Option<&String>| digest.map(|d| format!("@{d}")).unwrap_or_default();
+    if let Some(digests) = digests {
+        kustomization["images"][0]["digest"] = json!(digests.operator);
+    }
     let workload = deploy::workload_image(operator);
+    let workload_ref = |app: &str| {
+        format!(
+            "{registry}/{app}:{tag}{}",
+            pin(digests.and_then(|d| d.workload.as_ref()))
+        )
+    };
     if let Some((app, env)) = workload {
-        let patch = deploy::env_patch(&tree, operator, env, &format!("{registry}/{app}:{tag}"))?;
+        let patch = deploy::env_patch(&tree, operator, env, &workload_ref(app))?;
         std::fs::write(dir.join("workload-image.yaml"), patch)?;
         kustomization["patches"] = json!([{"path": "workload-image.yaml"}]);
     }
@@ -241,7 +324,10 @@ pub fn render(operator: &str, registry: &str, tag: &str) -> Result<String> {
         &kustomization,
     )?;
     let objects = kustomize_kubectl()?.output(["kustomize".as_ref(), dir.as_os_str()])?;
-    let image = format!("{registry}/{operator}:{tag}");
+    let image = format!(
+        "{registry}/{operator}:{tag}{}",
+        pin(digests.map(|d| &d.operator))
+    );
     let mut header = format!(
         "# {operator} {tag}: everything a cluster-wide install needs (CRD, namespace, RBAC,\n\
          # Deployment, metrics Service), in one file:\n\
@@ -249,7 +335,7 @@ pub fn render(operator: &str, registry: &str, tag: &str) -> Result<String> {
          # The operator runs {image}"
     );
     if let Some((app, env)) = workload {
-        header.push_str(&format!(";\n# it runs {registry}/{app}:{tag} ({env})"));
+        header.push_str(&format!(";\n# it runs {} ({env})", workload_ref(app)));
     }
     header.push_str(&format!(
         ".\n# Generated from deploy/{operator} (kubectl kustomize) by `cargo xtask installers`; do\n\
@@ -262,6 +348,28 @@ pub fn render(operator: &str, registry: &str, tag: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digests_are_read_from_the_image_layout() {
+        let dir = paths::target_dir()
+            .join("tmp")
+            .join("installers-layout-digest");
+        std::fs::create_dir_all(&dir).unwrap();
+        let digest = format!("sha256:{}", "a".repeat(64));
+        std::fs::write(
+            dir.join("index.json"),
+            json!({"manifests": [
+                {"digest": format!("sha256:{}", "b".repeat(64)), "artifactType": "application/spdx+json"},
+                {"digest": digest, "annotations": {"org.opencontainers.image.ref.name": "1.2.3"}},
+            ]})
+            .to_string(),
+        )
+        .unwrap();
+        assert_eq!(layout_digest(&dir, "1.2.3").unwrap(), digest);
+        let err = layout_digest(&dir, "1.2.4").unwrap_err().to_string();
+        assert!(err.contains("no image tagged 1.2.4"), "{err}");
+        assert!(layout_digest(&dir.join("missing"), "1.2.3").is_err());
+    }
 
     #[test]
     fn registry_prefixes() {

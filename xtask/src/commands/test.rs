@@ -107,6 +107,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 registry: None,
                 tag: None,
                 out_dir: None,
+                digests: false,
                 operators: Vec::new(),
             })
         },
