@@ -1,12 +1,12 @@
 //! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
 //!
-//! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
-//! with per-object exponential backoff (1 s doubling to 5 min). A Service the API server
-//! refuses (the NodePort is taken), or a child name held by an object this Lolcow does not
-//! control (left untouched, `shared::ownership`), is not an error but a condition: the
-//! reconcile succeeds and looks again after its own backoff, since the port may be freed by
-//! a Service this operator cannot watch (another namespace), and the stranger holding a name
-//! carries none of the labels the child watches select.
+//! The error policy is the common runner's (behind `shared::Operator::run`): a failed
+//! reconcile is retried with per-object exponential backoff (1 s doubling to 5 min). A
+//! Service the API server refuses (the NodePort is taken), or a child name held by an
+//! object this Lolcow does not control (left untouched, `shared::ownership`), is not an
+//! error but a condition: the reconcile succeeds and looks again after its own backoff,
+//! since the port may be freed by a Service this operator cannot watch (another namespace),
+//! and the stranger holding a name carries none of the labels the child watches select.
 
 use std::{sync::Arc, time::Duration};
 
@@ -16,9 +16,10 @@ use kube::{
     runtime::{Controller, controller::Action, watcher},
 };
 use shared::{
-    ErrorBackoff, Scope, Toolkit,
+    ErrorBackoff, Toolkit,
     children::{Children, Outcome, Problem, Refusal},
     conditions,
+    namespaces::Scope,
     namespaces::ScopedStores,
     slim::Slim,
 };
@@ -69,7 +70,7 @@ impl shared::Pacing<Lolcow> for Context {
     /// Service on `spec.port`; converging until then, while the status does not say
     /// `Ready` for this generation.
     fn progress(&self, lc: &Lolcow) -> shared::Progress {
-        let Some(ns) = shared::run::awaiting_ready(lc) else {
+        let Some(ns) = shared::awaiting_ready(lc) else {
             return shared::Progress::Settled;
         };
         let name = lc.name_any();

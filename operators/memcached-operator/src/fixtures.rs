@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::{
     api::{
@@ -11,6 +11,7 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
+use kube::runtime::controller::Action;
 
 use shared::slim::SlimPod;
 use shared_testing::{pod_status, stored};
@@ -18,6 +19,8 @@ use shared_testing::{pod_status, stored};
 use crate::{
     api::{Memcached, MemcachedSpec},
     desired::desired_deployment,
+    error::Error,
+    reconcile::{Context, reconcile},
     status::{NamedPod, PodState},
 };
 
@@ -100,4 +103,54 @@ pub(crate) fn deployment(mc: &Memcached, replicas: i32, available: i32) -> Deplo
 /// A client answered by `api`.
 pub(crate) fn mocked_client(api: &shared_testing::Scripted) -> kube::Client {
     api.client()
+}
+
+/// The requests of a reconcile of [`memcached`], as the scripted API server lists them.
+pub(crate) const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
+/// The apply of the Deployment.
+pub(crate) const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
+/// The read of the Service (nothing cached).
+pub(crate) const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/cache";
+/// The apply of the Service.
+pub(crate) const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/cache";
+/// The Memcached itself (the status and finalizer patches add to it).
+pub(crate) const MEMCACHED: &str =
+    "/apis/cache.example.com/v1alpha1/namespaces/ns/memcacheds/cache";
+/// An event.
+pub(crate) const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+
+/// A Memcached of size 1 that carries the finalizer.
+pub(crate) fn with_finalizer() -> Memcached {
+    let mut mc = memcached(1, None);
+    mc.metadata.finalizers = Some(vec![crate::FINALIZER.to_owned()]);
+    mc
+}
+
+/// Reconciles `mc` against `replies` (nothing cached); returns the result and the
+/// scripted server.
+pub(crate) async fn run(
+    mc: Memcached,
+    replies: Vec<shared_testing::Reply>,
+) -> (Result<Action, Error>, shared_testing::Scripted) {
+    let api = shared_testing::Scripted::new(replies);
+    let toolkit = shared_testing::toolkit(mocked_client(&api), crate::OPERATOR);
+    let ctx = Arc::new(Context::new(toolkit, None));
+    let result = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        reconcile(Arc::new(mc), ctx),
+    )
+    .await
+    .unwrap();
+    (result, api)
+}
+
+/// The children are absent, then created (the API server echoes the applied object).
+pub(crate) fn children_created() -> Vec<shared_testing::Reply> {
+    use shared_testing::Reply;
+    vec![
+        Reply::error(404, "not found"),
+        Reply::Echo,
+        Reply::error(404, "not found"),
+        Reply::Echo,
+    ]
 }

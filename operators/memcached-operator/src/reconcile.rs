@@ -1,14 +1,16 @@
-//! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
+//! The controller: [`Context`], [`controller`] (what is watched) and [`reconcile`]: the
+//! finalizer ([`crate::finalizer`]), then the desired children ([`desired`]) written
+//! through the kit (`shared::children`), then the status ([`status`]) published.
 //!
-//! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
-//! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop.
+//! The error policy is the common runner's (behind `shared::Operator::run`): a failed
+//! reconcile ([`Error`]) is retried with per-object exponential backoff (1 s doubling to
+//! 5 min), never in a hot loop.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service, networking::v1::NetworkPolicy};
 use kube::{
     Api, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{
         Controller,
         controller::Action,
@@ -18,10 +20,11 @@ use kube::{
     },
 };
 use shared::{
-    Progress, Scope, Toolkit,
+    Progress, Toolkit,
     children::Children,
     conditions,
     events::Announce,
+    namespaces::Scope,
     namespaces::{ScopedIndex, ScopedStores},
     slim::{Slim, SlimPod},
 };
@@ -30,43 +33,11 @@ use crate::{
     FINALIZER, OPERATOR,
     api::{DEFAULT_IMAGE, Memcached},
     desired::{self, INSTANCE_LABEL},
+    error::Error,
+    finalizer::{add_finalizer, cleanup},
     release,
     status::{self, NamedPod, PodState, Problem, ServiceState},
 };
-
-/// Why a reconcile failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-    /// A helper of the common crate failed.
-    #[error(transparent)]
-    Shared(#[from] shared::Error),
-    /// The finalizer could not be added or removed, or the step it wraps failed.
-    #[error(transparent)]
-    Finalizer(Box<finalizer::Error<Error>>),
-    /// The Deployment or Service cannot be written (refused by the API server, or the name
-    /// is taken by someone else's object); recorded as `Degraded` and retried with backoff.
-    #[error("{0}")]
-    Children(String),
-}
-
-impl shared::ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "kube",
-            Error::Shared(e) => e.metric_label(),
-            Error::Finalizer(e) => match e.as_ref() {
-                finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
-                    inner.metric_label()
-                }
-                _ => "finalizer",
-            },
-            Error::Children(_) => "children",
-        }
-    }
-}
 
 /// State shared by every reconcile.
 #[derive(Debug)]
@@ -104,9 +75,7 @@ impl Context {
                 .unwrap_or_else(|| DEFAULT_IMAGE.to_owned()),
         }
     }
-}
 
-impl Context {
     /// The pods of the Memcached `name` in `ns` (its Deployment's), by name.
     fn pods_of(&self, ns: &str, name: &str) -> Vec<NamedPod> {
         self.pods.get(ns, name)
@@ -119,7 +88,7 @@ impl shared::Pacing<Memcached> for Context {
     /// Deployment at its latest spec with as many available; converging until then, while
     /// the status does not say `Ready` for this generation.
     fn progress(&self, mc: &Memcached) -> Progress {
-        let Some(ns) = shared::run::awaiting_ready(mc) else {
+        let Some(ns) = shared::awaiting_ready(mc) else {
             return Progress::Settled;
         };
         let name = mc.name_any();
@@ -206,47 +175,6 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
     })
 }
 
-/// Adds the finalizer to `mc` when it lacks it and is not being deleted; returns the
-/// Memcached as it now is.
-///
-/// kube's `finalizer` would add it and return, leaving the children to the reconcile the
-/// finalizer's own watch event triggers, and the debounce defers that one: a new Memcached
-/// waited 500 ms for its Deployment. Added here, the same reconcile goes on to the
-/// children. The patch appends to the list (the cache keeps only its first entries, so it
-/// never writes the list whole) and carries the `resourceVersion` it was computed from, so
-/// it applies only if nobody changed the object meanwhile (else 409 or 422, retried with
-/// backoff).
-async fn add_finalizer(api: &Api<Memcached>, mc: Arc<Memcached>) -> Result<Arc<Memcached>, Error> {
-    if mc.metadata.deletion_timestamp.is_some() || mc.finalizers().iter().any(|f| f == FINALIZER) {
-        return Ok(mc);
-    }
-    let patch = finalizer_patch(mc.resource_version(), mc.finalizers().is_empty());
-    let patched = api
-        .patch(
-            &mc.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await?;
-    Ok(Arc::new(patched))
-}
-
-/// The JSON patch that adds [`FINALIZER`] to a Memcached at `version`: the list created
-/// when it has `none`, else the finalizer appended to it.
-fn finalizer_patch(version: Option<String>, none: bool) -> json_patch::Patch {
-    let mut ops = Vec::new();
-    if let Some(version) = version {
-        ops.push(serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}));
-    }
-    ops.push(if none {
-        serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
-    } else {
-        serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
-    });
-    // Each operation above is a valid JSON patch operation.
-    serde_json::from_value(serde_json::Value::Array(ops)).unwrap_or_default()
-}
-
 /// The reconcile proper, with the finalizer in place: the desired children written
 /// (`shared::children`), the NetworkPolicy made earlier deleted once `spec.networkPolicy`
 /// no longer asks for one, then the status.
@@ -304,50 +232,10 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
     }
 }
 
-/// The clean-up step of the finalizer: marks the Memcached `Degraded` (reason
-/// `Finalizing`), which emits one Normal event. The Deployment and Service need no work:
-/// garbage collection removes them through their owner references once the finalizer is gone.
-async fn cleanup(mc: &Memcached, ctx: &Context) -> Result<Action, Error> {
-    let Some(ns) = mc.namespace() else {
-        return Ok(Action::await_change());
-    };
-    let name = mc.name_any();
-    // The cache may still show a Memcached whose finalizer an earlier reconcile removed:
-    // read it afresh so the event is not emitted twice.
-    let api: Api<Memcached> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
-    let Some(fresh) = api.get_opt(&name).await? else {
-        return Ok(Action::await_change());
-    };
-    if !fresh.finalizers().iter().any(|f| f == FINALIZER) {
-        return Ok(Action::await_change());
-    }
-    let mc = &fresh;
-    let deployment = ctx
-        .deployments
-        .find(&ns, &name)
-        .map(|d| d.full())
-        .transpose()?;
-    let service = status::service_state(mc, ctx.services.find(&ns, &name).as_deref());
-    update_status(
-        mc,
-        ctx,
-        deployment.as_ref(),
-        service,
-        Some(&Problem::Finalizing),
-        &ns,
-        &status::ANNOUNCED_FINALIZING,
-    )
-    .await?;
-    tracing::info!(
-        "finalizing: the Deployment and Service are removed by garbage collection; removing the finalizer"
-    );
-    Ok(Action::await_change())
-}
-
 /// Describes the Memcached's Deployment, Service and pods in its status, and announces the
 /// transitions listed in `announced` ([`status::ANNOUNCED`], or while finalizing
 /// [`status::ANNOUNCED_FINALIZING`]).
-async fn update_status(
+pub(crate) async fn update_status(
     mc: &Memcached,
     ctx: &Context,
     deployment: Option<&Deployment>,
@@ -369,46 +257,11 @@ mod tests {
     //! Reconcile against a scripted API server: the answers a real cluster rarely gives.
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::fixtures::{memcached, mocked_client};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use crate::fixtures::{
+        APPLY_DEPLOYMENT, APPLY_SERVICE, EVENT, GET_DEPLOYMENT, GET_SERVICE, MEMCACHED,
+        children_created, run, with_finalizer,
+    };
     use shared_testing::{Reply, Scripted, assert_events, cache, reconcile_scripted, toolkit};
-
-    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
-    const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
-    const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/cache";
-    const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/cache";
-    const MEMCACHED: &str = "/apis/cache.example.com/v1alpha1/namespaces/ns/memcacheds/cache";
-    const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
-
-    /// A Memcached of size 1 that carries the finalizer.
-    fn with_finalizer() -> Memcached {
-        let mut mc = memcached(1, None);
-        mc.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
-        mc
-    }
-
-    /// Reconciles `mc` against `replies`; returns the result and the scripted server.
-    async fn run(mc: Memcached, replies: Vec<Reply>) -> (Result<Action, Error>, Scripted) {
-        let api = Scripted::new(replies);
-        let ctx = Arc::new(Context::new(toolkit(mocked_client(&api), OPERATOR), None));
-        let result = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            reconcile(Arc::new(mc), ctx),
-        )
-        .await
-        .unwrap();
-        (result, api)
-    }
-
-    /// The children are absent, then created (the API server echoes the applied object).
-    fn children_created() -> Vec<Reply> {
-        vec![
-            Reply::error(404, "not found"),
-            Reply::Echo,
-            Reply::error(404, "not found"),
-            Reply::Echo,
-        ]
-    }
 
     #[tokio::test]
     async fn a_refused_deployment_is_degraded_and_retried() {
@@ -453,52 +306,6 @@ mod tests {
                 &[("Normal", "Reconciling"), ("Warning", "ApplyFailed")],
             );
         }
-    }
-
-    #[tokio::test]
-    async fn a_new_memcached_gets_its_finalizer_and_its_children_in_one_reconcile() {
-        let mut mc = memcached(1, None);
-        mc.metadata.resource_version = Some("1".into());
-        let stored = Reply::Object(serde_json::to_value(with_finalizer()).unwrap());
-        let mut replies = vec![stored.clone()];
-        replies.extend(children_created());
-        replies.extend([stored, Reply::Echo]);
-        let (result, api) = run(mc, replies).await;
-        assert_eq!(result.unwrap(), Action::await_change());
-        let status = format!("PATCH {MEMCACHED}/status");
-        let finalizer = format!("PATCH {MEMCACHED}");
-        assert_eq!(
-            api.lines(),
-            [
-                &finalizer,
-                GET_DEPLOYMENT,
-                APPLY_DEPLOYMENT,
-                GET_SERVICE,
-                APPLY_SERVICE,
-                &status,
-                EVENT
-            ]
-        );
-        let seen = api.seen();
-        assert_eq!(
-            seen[0].body,
-            serde_json::json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": "1"},
-                {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}
-            ]),
-            "the list, only if nobody changed the object meanwhile"
-        );
-    }
-
-    #[test]
-    fn the_finalizer_is_appended_to_a_list_the_cache_may_hold_in_part() {
-        assert_eq!(
-            serde_json::to_value(finalizer_patch(Some("9".into()), false)).unwrap(),
-            serde_json::json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": "9"},
-                {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}
-            ])
-        );
     }
 
     /// The Service of `mc` as the API server would show it, with `cluster_ip`.
@@ -713,27 +520,5 @@ mod tests {
             api.seen()[0].body["preconditions"],
             serde_json::json!({"uid": "policy-uid", "resourceVersion": "12"})
         );
-    }
-
-    #[tokio::test]
-    async fn finalizing_is_one_normal_event_and_a_finalizer_already_gone_is_fine() {
-        let mut mc = with_finalizer();
-        mc.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        let replies = vec![
-            Reply::Object(serde_json::to_value(&mc).unwrap()),
-            Reply::Object(serde_json::to_value(&mc).unwrap()),
-            Reply::Echo,
-            // The finalizer was removed meanwhile (an earlier reconcile).
-            Reply::error(404, "not found"),
-        ];
-        let (result, api) = run(mc, replies).await;
-        assert_eq!(result.unwrap(), Action::await_change());
-        let (get, status, remove) = (
-            format!("GET {MEMCACHED}"),
-            format!("PATCH {MEMCACHED}/status"),
-            format!("PATCH {MEMCACHED}"),
-        );
-        assert_eq!(api.lines(), [get.as_str(), &status, EVENT, &remove]);
-        assert_events(&api, &[("Normal", "Finalizing")]);
     }
 }

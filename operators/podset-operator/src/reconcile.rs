@@ -1,7 +1,11 @@
 //! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
+//! The reconcile reads as: our pods' labels put back ([`labels`]), the plan
+//! ([`desired::plan`]) carried out (creates through the kit, `shared::children`), the status
+//! published.
 //!
-//! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
-//! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop.
+//! The error policy is the common runner's (behind `shared::Operator::run`): a failed
+//! reconcile is retried with per-object exponential backoff (1 s doubling to 5 min), never
+//! in a hot loop.
 
 use std::{sync::Arc, time::Instant};
 
@@ -9,7 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{Patch, PatchParams, Preconditions},
+    api::Preconditions,
     runtime::{
         Controller,
         controller::Action,
@@ -18,10 +22,11 @@ use kube::{
     },
 };
 use shared::{
-    Scope, Toolkit,
-    apply::{controller_uid, is_controlled_by},
+    Toolkit,
+    apply::controller_uid,
     children::{self, Children, Problem},
     conditions,
+    namespaces::Scope,
     namespaces::ScopedStores,
     slim::SlimPod,
 };
@@ -30,7 +35,7 @@ use crate::{
     api::PodSet,
     desired,
     expectations::{Cached, Expectations},
-    status,
+    labels, status,
     strays::Strays,
 };
 
@@ -96,7 +101,7 @@ impl shared::Pacing<PodSet> for Context {
     /// unseen; converging until then, while the status does not say `Ready` for this
     /// generation.
     fn progress(&self, ps: &PodSet) -> shared::Progress {
-        let (Some(ns), Some(uid)) = (shared::run::awaiting_ready(ps), ps.uid()) else {
+        let (Some(ns), Some(uid)) = (shared::awaiting_ready(ps), ps.uid()) else {
             return shared::Progress::Settled;
         };
         let owned = self.pods.by_key(&ns, &uid);
@@ -217,11 +222,11 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     let pod_api: Api<Pod> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
     let owned = ctx.pods.by_key(&ns, &uid);
     // Ours, but unlabelled: relabelled (back in the watch) and counted as they are.
-    let returned = relabel_strays(&ps, &uid, &owned, &pod_api, &ctx).await?;
+    let returned = labels::relabel_strays(&ps, &uid, &owned, &pod_api, &ctx).await?;
     let active = active_pods(&owned, &returned);
     // Repair labels someone edited on our pods (ownership is by UID; the labels keep the
     // scale selector and `kubectl get -l app=...` truthful).
-    repair_labels(&ps, &active, &pod_api, ctx.toolkit.operator.name).await?;
+    labels::repair_labels(&ps, &active, &pod_api, ctx.toolkit.operator.name).await?;
 
     let cached = |name: &str| cached_state(&owned, name);
     let satisfied = ctx.expectations.satisfied(&uid, cached, Instant::now());
@@ -353,83 +358,6 @@ async fn update_status(
     ctx.toolkit
         .publish_status(ps, &new_status, &status::ANNOUNCED)
         .await?;
-    Ok(())
-}
-
-/// Reads each stray pod of the PodSet `uid` (it left the watch, see [`Strays`]) and, when
-/// it is still ours and alive, re-applies our labels, which brings it back into the
-/// watch. Returns those pods, to count them before the watch shows them again.
-async fn relabel_strays(
-    ps: &PodSet,
-    uid: &str,
-    owned: &[Arc<SlimPod>],
-    api: &Api<Pod>,
-    ctx: &Context,
-) -> Result<Vec<SlimPod>, Error> {
-    let mut returned = Vec::new();
-    for name in ctx.strays.of(uid) {
-        if owned.iter().any(|p| p.name_any() == name) {
-            ctx.strays.handled(uid, &name);
-            continue;
-        }
-        if let Some(pod) = api.get_opt(&name).await?
-            && is_controlled_by(&pod, uid)
-            && pod.metadata.deletion_timestamp.is_none()
-        {
-            tracing::info!(pod = %name, "relabelling a pod of ours that lost its labels");
-            if let Some(pod) = apply_labels(ps, &name, api, ctx.toolkit.operator.name).await? {
-                returned.push(SlimPod::from(pod));
-            }
-        }
-        ctx.strays.handled(uid, &name);
-    }
-    Ok(returned)
-}
-
-/// Server-side applies our labels (only `metadata.labels`) on pod `name`; `None` when the
-/// pod is gone.
-async fn apply_labels(
-    ps: &PodSet,
-    name: &str,
-    api: &Api<Pod>,
-    manager: &str,
-) -> Result<Option<Pod>, Error> {
-    let patch = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "labels": desired::pod_labels(ps) },
-    });
-    match api
-        .patch(
-            name,
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-    {
-        Ok(pod) => Ok(Some(pod)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Re-applies our labels (server-side apply of `metadata.labels` only) on active pods
-/// whose labels drifted.
-async fn repair_labels(
-    ps: &PodSet,
-    active: &[&SlimPod],
-    api: &Api<Pod>,
-    manager: &str,
-) -> Result<(), Error> {
-    let want = desired::pod_labels(ps);
-    for pod in active {
-        let labels = pod.labels();
-        if want.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-            continue;
-        }
-        tracing::info!(pod = %pod.name_any(), "restoring edited pod labels");
-        apply_labels(ps, &pod.name_any(), api, manager).await?;
-    }
     Ok(())
 }
 

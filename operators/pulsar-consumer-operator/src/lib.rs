@@ -9,10 +9,10 @@
 //!
 //! Autoscaling (`spec.autoscaling`): a [`poll`] task per object reads the subscription's
 //! backlog from the Pulsar [`admin`] API every `pollIntervalSeconds` (not more often than
-//! the operator's floor) and triggers a reconcile when a reading matters ->
-//! [`autoscale::decide`] turns the latest reading into a replica count (pure:
-//! clamp, stabilisation window, step limits) -> that count goes into the Deployment, and
-//! `status.backlog`, `desiredReplicas`, `lastScaleTime`, `ScalingActive` and
+//! the operator's floor) and triggers a reconcile when a reading matters -> [`scaling`]
+//! hands the latest reading to [`autoscale::decide`], which turns it into a replica count
+//! (pure: clamp, stabilisation window, step limits) -> that count goes into the
+//! Deployment, and `status.backlog`, `desiredReplicas`, `lastScaleTime`, `ScalingActive` and
 //! `ScalingLimited` describe it. The admin API is a tenant's endpoint: [`target`] decides
 //! where the operator connects, [`options`] what its administrator allows beyond that.
 //! [`metrics`] puts the backlog and the counts on `/metrics`.
@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod options;
 pub mod poll;
 pub mod reconcile;
+pub mod scaling;
 pub mod status;
 pub mod target;
 

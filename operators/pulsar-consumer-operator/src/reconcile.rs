@@ -1,7 +1,10 @@
 //! The controller: [`Context`], [`controller`] (what is watched), [`reconcile`] and [`Error`].
+//! The reconcile reads as: the replicas ([`crate::scaling`] when `spec.autoscaling` is set), the
+//! desired Deployment written through the kit (`shared::children`), the status published.
 //!
-//! The error policy is the common runner's (`shared::run`): a failed reconcile is retried
-//! with per-object exponential backoff (1 s doubling to 5 min), never in a hot loop. A
+//! The error policy is the common runner's (behind `shared::Operator::run`): a failed
+//! reconcile is retried with per-object exponential backoff (1 s doubling to 5 min), never
+//! in a hot loop. A
 //! Deployment name held by someone else's Deployment is never written to
 //! (`shared::ownership`): it is a condition (`NameConflict`) looked at again with a backoff
 //! of its own.
@@ -11,21 +14,21 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     ResourceExt,
-    runtime::{Controller, controller::Action, events::EventType, watcher},
+    runtime::{Controller, controller::Action, watcher},
 };
 use shared::{
-    ErrorBackoff, Scope, Toolkit, children::Children, conditions, namespaces::ScopedStores,
-    slim::Slim,
+    ErrorBackoff, Toolkit, children::Children, conditions, namespaces::Scope,
+    namespaces::ScopedStores, slim::Slim,
 };
 
 use crate::{
-    OPERATOR, admin,
-    api::{Autoscaling, PulsarConsumer},
-    autoscale::{self, Decision, History, Policy, Reading, Why},
+    OPERATOR,
+    api::PulsarConsumer,
     desired,
     options::Options,
-    poll::{self, Pollers},
-    status::{self, Problem, REASON_INVALID_AUTOSCALING, REASON_NAME_CONFLICT, Scaling},
+    poll::Pollers,
+    scaling::{announce_scale, autoscale},
+    status::{self, Problem, REASON_NAME_CONFLICT},
 };
 
 /// The operator's environment variable naming the consumer image
@@ -87,7 +90,7 @@ impl shared::Pacing<PulsarConsumer> for Context {
     /// interval would stretch that poll from seconds to more than the scale-down window,
     /// so a drained backlog would be reported only with the scale to zero.
     fn progress(&self, pc: &PulsarConsumer) -> shared::Progress {
-        let Some(ns) = shared::run::awaiting_ready(pc) else {
+        let Some(ns) = shared::awaiting_ready(pc) else {
             return shared::Progress::Settled;
         };
         let done = match self.deployments.find_full(&ns, &pc.name_any()) {
@@ -121,11 +124,9 @@ impl Context {
     #[must_use]
     pub fn with_options(toolkit: Toolkit, image: Option<String>, options: &Options) -> Self {
         let pollers = Pollers::new(options);
-        toolkit
-            .metrics
-            .add_object_gauges(Arc::new(crate::metrics::StatusGauges {
-                pollers: pollers.clone(),
-            }));
+        toolkit.add_object_gauges(Arc::new(crate::metrics::StatusGauges {
+            pollers: pollers.clone(),
+        }));
         Self {
             toolkit,
             deployments: ScopedStores::default(),
@@ -139,7 +140,7 @@ impl Context {
     }
 
     /// Stops autoscaling `pc`: its poller and what the autoscaler remembered.
-    fn forget(&self, pc: &PulsarConsumer) {
+    pub(crate) fn forget(&self, pc: &PulsarConsumer) {
         self.pollers.stop(pc);
     }
 }
@@ -211,19 +212,9 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
         .publish_status(pc.as_ref(), &new_status, &status::ANNOUNCED)
         .await?;
     if let Some((s, from)) = &scaling
-        && s.decision.replicas != *from
         && problem.is_none()
     {
-        let note = scale_note(*from, s);
-        tracing::info!(from, to = s.decision.replicas, "{note}");
-        // The recorder folds events with the same reason and action into one
-        // series (keeping the first note): the action names the change, so
-        // every different scale is an event of its own.
-        let action = format!("Scale{from}To{}", s.decision.replicas);
-        ctx.toolkit
-            .events
-            .publish(pc.as_ref(), EventType::Normal, "Scaled", &note, &action)
-            .await;
+        announce_scale(&pc, &ctx, s, *from).await;
     }
     match problem {
         // Someone else's Deployment may be deleted without an event this operator watches
@@ -241,155 +232,6 @@ pub async fn reconcile(pc: Arc<PulsarConsumer>, ctx: Arc<Context>) -> Result<Act
             Ok(recheck.map_or_else(Action::await_change, Action::requeue))
         }
     }
-}
-
-/// Where and how often to read the backlog of `pc`: every `pollIntervalSeconds`, but not
-/// more often than every `min_interval` (the operator's floor).
-fn poll_settings(
-    pc: &PulsarConsumer,
-    a: &Autoscaling,
-    min_interval: Duration,
-) -> Result<poll::Settings, String> {
-    let topic = admin::parse_topic(&pc.spec.topic)
-        .ok_or_else(|| format!("the topic {:?} cannot be parsed", pc.spec.topic))?;
-    let admin_url = match a.admin_url.as_deref().filter(|u| !u.is_empty()) {
-        Some(url) => url.trim_end_matches('/').to_owned(),
-        None => admin::default_admin_url(&pc.spec.server_address).ok_or_else(|| {
-            format!(
-                "no admin URL can be derived from {:?}; set spec.autoscaling.adminUrl",
-                pc.spec.server_address
-            )
-        })?,
-    };
-    Ok(poll::Settings {
-        target: admin::Target {
-            admin_url,
-            topic,
-            subscription: pc.spec.subscription_name.clone(),
-        },
-        interval: Duration::from_secs(u64::try_from(a.poll_interval_seconds.max(1)).unwrap_or(15))
-            .max(min_interval),
-    })
-}
-
-/// The autoscaler's decision for `pc` (none without `spec.autoscaling`, which also stops its
-/// poller), from the latest backlog read, and the count it started from. `deployment` is
-/// ours, as cached.
-fn autoscale(
-    pc: &PulsarConsumer,
-    ctx: &Context,
-    deployment: Option<&Deployment>,
-    now: jiff::Timestamp,
-) -> Option<(Scaling, i32)> {
-    let Some(spec) = pc.spec.autoscaling.as_ref() else {
-        ctx.forget(pc);
-        return None;
-    };
-    let policy = Policy::from_spec(spec);
-    let observation = match poll_settings(pc, spec, ctx.min_poll_interval) {
-        Ok(settings) => ctx.pollers.ensure(pc, settings),
-        Err(message) => {
-            ctx.pollers.stop(pc);
-            return Some(no_reading(pc, ctx, &policy, deployment, now, message));
-        }
-    };
-    let reading = observation.as_ref().and_then(|o| {
-        o.result
-            .as_ref()
-            .ok()
-            .map(|&backlog| Reading { at: o.at, backlog })
-    });
-    let (decision, current) = decide(pc, ctx, &policy, deployment, reading, now);
-    Some((
-        Scaling {
-            reading: observation.map(|o| o.result.map_err(|e| (e.reason(), e.to_string()))),
-            decision,
-            policy,
-        },
-        current,
-    ))
-}
-
-/// The decision when the settings cannot be used: the replicas as they are.
-fn no_reading(
-    pc: &PulsarConsumer,
-    ctx: &Context,
-    policy: &Policy,
-    deployment: Option<&Deployment>,
-    now: jiff::Timestamp,
-    message: String,
-) -> (Scaling, i32) {
-    let (decision, current) = decide(pc, ctx, policy, deployment, None, now);
-    (
-        Scaling {
-            reading: Some(Err((REASON_INVALID_AUTOSCALING, message))),
-            decision,
-            policy: policy.clone(),
-        },
-        current,
-    )
-}
-
-/// The autoscaler's decision for `pc` on `reading` (`None`: no usable reading), made with
-/// and recorded in the history this process keeps of `pc` (a fresh one when it keeps
-/// none); returns it with the replica count it started from ([`current_replicas`]).
-fn decide(
-    pc: &PulsarConsumer,
-    ctx: &Context,
-    policy: &Policy,
-    deployment: Option<&Deployment>,
-    reading: Option<Reading>,
-    now: jiff::Timestamp,
-) -> (Decision, i32) {
-    let decide = |history: &mut History| {
-        let current = current_replicas(pc, history, policy, deployment);
-        let decision = autoscale::decide(policy, history, current, reading, now.as_second());
-        history.replicas = Some(decision.replicas);
-        (decision, current)
-    };
-    ctx.pollers
-        .with_history(pc, decide)
-        .unwrap_or_else(|| decide(&mut History::default()))
-}
-
-/// The count the autoscaler starts from: its own last decision in this process, else the
-/// one recorded in the status, else the Deployment's, else [`Policy::initial`].
-fn current_replicas(
-    pc: &PulsarConsumer,
-    history: &History,
-    policy: &Policy,
-    deployment: Option<&Deployment>,
-) -> i32 {
-    history
-        .replicas
-        .or_else(|| pc.status.as_ref().and_then(|s| s.desired_replicas))
-        .or_else(|| {
-            deployment
-                .and_then(|d| d.spec.as_ref())
-                .and_then(|s| s.replicas)
-        })
-        .unwrap_or_else(|| policy.initial())
-}
-
-/// What a scale event says.
-fn scale_note(from: i32, s: &Scaling) -> String {
-    let to = s.decision.replicas;
-    let p = &s.policy;
-    let backlog = match &s.reading {
-        Some(Ok(b)) => format!("backlog {b}, {} per consumer", p.target),
-        _ => "backlog unknown".to_owned(),
-    };
-    let why = match s.decision.why {
-        Why::Up | Why::Steady => "scaled up at once".to_owned(),
-        Why::Down => format!("nothing higher wanted within the last {}s", p.window),
-        Why::Stabilizing => "held by the stabilization window".to_owned(),
-        Why::StepLimited => "limited by the step limit of the period".to_owned(),
-        Why::NoReading => format!(
-            "brought within minReplicas..maxReplicas ({}..{})",
-            p.min, p.max
-        ),
-    };
-    format!("scaled the consumers from {from} to {to}: {backlog}; {why}")
 }
 
 #[cfg(test)]
