@@ -117,7 +117,7 @@ impl ErrorBackoff {
 
 /// What [`Debounce::check`] decides for one trigger of an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// Reconcile now.
     Run,
     /// Not yet: look again after this long (requeue the object).
@@ -186,7 +186,7 @@ struct Deferred {
 /// The generation reconciled last is kept per object as a hash of its key and the number
 /// (16 bytes an object), until [`Debounce::forget`] (the object is gone).
 #[derive(Debug)]
-pub struct Debounce {
+pub(crate) struct Debounce {
     quiet: Duration,
     max_wait: Duration,
     /// How long a converging object's triggers are folded.
@@ -200,7 +200,7 @@ pub struct Debounce {
 impl Debounce {
     /// A debounce of `quiet` (zero: none) bounded by `max_wait`.
     #[must_use]
-    pub fn new(quiet: Duration, max_wait: Duration) -> Self {
+    pub(crate) fn new(quiet: Duration, max_wait: Duration) -> Self {
         let max_wait = max_wait.max(quiet);
         Self {
             quiet,
@@ -217,7 +217,7 @@ impl Debounce {
     /// for `every` (at least the quiet window) instead of `max_wait`: its progress is
     /// written at most that often. What completes it, and a spec change, still run at once.
     #[must_use]
-    pub fn progress_every(mut self, every: Duration) -> Self {
+    pub(crate) fn progress_every(mut self, every: Duration) -> Self {
         self.progress_every = every.max(self.quiet);
         let longest = self.progress_every.max(self.max_wait);
         self.deferred = Mutex::new(Expiring::new(longest.saturating_mul(2)));
@@ -232,7 +232,7 @@ impl Debounce {
     /// the reconcile at `now` or waits; `progress` (asked only when it would wait) says
     /// where the object stands ([`Progress`]). A [`Gate::Run`] records `generation` as
     /// reconciled.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         key: &str,
         generation: Option<i64>,
@@ -302,14 +302,14 @@ impl Debounce {
 
     /// Records that `key` is reconciled at `generation` without asking (a resync after a
     /// full list), so its next trigger at that generation is folded.
-    pub fn ran(&self, key: &str, generation: Option<i64>) {
+    pub(crate) fn ran(&self, key: &str, generation: Option<i64>) {
         if let Some(generation) = generation {
             lock(&self.reconciled).insert(self.hash(key), generation);
         }
     }
 
     /// Forgets `key` (the object is gone).
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         lock(&self.deferred).remove(key);
         let mut reconciled = lock(&self.reconciled);
         if reconciled.remove(&self.hash(key)).is_some() {
@@ -320,14 +320,14 @@ impl Debounce {
     /// How many objects are deferred.
     #[cfg(test)]
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         lock(&self.deferred).len()
     }
 
     /// How many objects have a reconciled generation recorded.
     #[cfg(test)]
     #[must_use]
-    pub fn reconciled_len(&self) -> usize {
+    pub(crate) fn reconciled_len(&self) -> usize {
         lock(&self.reconciled).len()
     }
 }

@@ -20,7 +20,7 @@ fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
 
 /// `True`/`False` as a condition status string.
 #[must_use]
-pub fn status_str(status: bool) -> &'static str {
+pub(crate) fn status_str(status: bool) -> &'static str {
     if status { "True" } else { "False" }
 }
 

@@ -13,7 +13,7 @@ use crate::conditions::find;
 
 mod publisher;
 
-pub use publisher::{Events, RECENT_CAPACITY, SERIES_WINDOW};
+pub use publisher::Events;
 
 /// How the transitions of one condition type are announced (see [`announcements`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

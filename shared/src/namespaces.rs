@@ -1,4 +1,4 @@
-//! Which namespaces an operator watches ([`WatchNamespaces`]), and the [`Scope`] one
+//! Which namespaces an operator watches (`WatchNamespaces`), and the [`Scope`] one
 //! controller instance runs in.
 //!
 //! Several namespaces are served by one `Controller` per namespace (each with its own
@@ -27,11 +27,11 @@ mod stores;
 mod streaming;
 pub use index::ScopedIndex;
 pub use stores::ScopedStores;
-pub use streaming::StreamingLists;
+pub(crate) use streaming::StreamingLists;
 
 /// The namespaces an operator watches, parsed from `WATCH_NAMESPACE`/`--watch-namespace`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum WatchNamespaces {
+pub(crate) enum WatchNamespaces {
     /// Every namespace (unset or empty).
     #[default]
     All,
@@ -44,21 +44,11 @@ pub enum WatchNamespaces {
 impl WatchNamespaces {
     /// The scopes to run one controller each in: `None` = cluster-wide, `Some(ns)` = one namespace.
     #[must_use]
-    pub fn scopes(&self) -> Vec<Option<String>> {
+    pub(crate) fn scopes(&self) -> Vec<Option<String>> {
         match self {
             WatchNamespaces::All => vec![None],
             WatchNamespaces::One(ns) => vec![Some(ns.clone())],
             WatchNamespaces::Many(nss) => nss.iter().cloned().map(Some).collect(),
-        }
-    }
-
-    /// Whether an object in `namespace` is inside what this operator may touch.
-    #[must_use]
-    pub fn contains(&self, namespace: &str) -> bool {
-        match self {
-            WatchNamespaces::All => true,
-            WatchNamespaces::One(ns) => ns == namespace,
-            WatchNamespaces::Many(nss) => nss.iter().any(|ns| ns == namespace),
         }
     }
 }
@@ -76,7 +66,7 @@ impl fmt::Display for WatchNamespaces {
 /// A bad `WATCH_NAMESPACE` value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid WATCH_NAMESPACE (--watch-namespace) entry `{entry}`: {reason}")]
-pub struct ParseWatchNamespacesError {
+pub(crate) struct ParseWatchNamespacesError {
     entry: String,
     reason: &'static str,
 }
@@ -272,7 +262,7 @@ impl Scope {
 
     /// How this scope's caches fill (`--streaming-lists`); paginated lists unless set.
     #[must_use]
-    pub fn with_streaming_lists(mut self, streaming: StreamingLists) -> Self {
+    pub(crate) fn with_streaming_lists(mut self, streaming: StreamingLists) -> Self {
         self.streaming_lists = streaming;
         self
     }
@@ -846,11 +836,9 @@ mod tests {
     }
 
     #[test]
-    fn scopes_and_contains() {
+    fn scopes() {
         assert_eq!(WatchNamespaces::All.scopes(), vec![None]);
         let many: WatchNamespaces = "x,y".parse().unwrap();
         assert_eq!(many.scopes(), vec![Some("x".into()), Some("y".into())]);
-        assert!(many.contains("x") && !many.contains("z"));
-        assert!(WatchNamespaces::All.contains("z"));
     }
 }

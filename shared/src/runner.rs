@@ -14,30 +14,41 @@ use kube::{
     },
 };
 
+mod cli;
+mod client;
+mod fair;
 mod guard;
+mod health;
+mod leader;
+mod metrics;
+#[cfg(feature = "secure-metrics")]
+mod metrics_auth;
+mod process_metrics;
+mod rate_limit;
 mod resync;
+mod telemetry;
+mod toolkit;
 
-pub use crate::backoff::Progress;
-pub use crate::toolkit::{Operator, Pacing, Toolkit, awaiting_ready};
+pub use metrics::{GaugeFamily, ObjectGauges};
+pub use toolkit::{Operator, Pacing, Toolkit, awaiting_ready};
 
 use guard::{Guard, on_controller_result};
 use resync::{Admission, RESYNC_QUEUED, resyncs};
 
 use crate::{
     backoff::{Debounce, ErrorBackoff},
-    cli::{Cli, Command, RunArgs},
     error::{Error, ReconcileError},
-    events::Events,
-    health::{self, Readiness},
-    leader::{self, Elector, LeaderConfig, Leadership},
-    metrics::Metrics,
     namespaces::{self, Scope, ScopeStatus, WatchNamespaces, Watched},
-    rate_limit::ClientRateLimit,
+    runner::cli::{Cli, Command, RunArgs},
+    runner::health::Readiness,
+    runner::leader::{Elector, LeaderConfig, Leadership},
+    runner::metrics::Metrics,
+    runner::rate_limit::ClientRateLimit,
 };
 
 /// The longest `--reconcile-debounce` postpones a settled object that keeps getting
 /// triggers (one on its way to its spec: [`PROGRESS_INTERVAL`]).
-pub const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How often the progress of an object on its way to its spec is written at most
 /// ([`Pacing::progress`] says [`Progress::Converging`]): its status catches up with its
@@ -45,7 +56,7 @@ pub const MAX_DEBOUNCE_WAIT: std::time::Duration = std::time::Duration::from_sec
 /// trigger that completes it runs at once. On a busy control plane an object's pods come,
 /// start and turn Ready many seconds apart; writing each step cost more status writes
 /// than the Go originals make.
-pub const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
+pub(crate) const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 type ShutdownSignal = Shared<futures::future::BoxFuture<'static, ()>>;
 
@@ -92,7 +103,7 @@ impl Operator {
             Command::Run => cli.run,
         };
         let image = std::env::var(image_env).ok();
-        crate::telemetry::init(&args);
+        crate::runner::telemetry::init(&args);
         tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
         // Every child is applied under the operator's name: the caches keep its fields.
         crate::slim::projection::set_field_manager(self.name);
@@ -123,7 +134,8 @@ impl Operator {
             }
         }
 
-        let toolkit = self.toolkit(&client, &metrics, &args.watch_namespace);
+        let mut toolkit = Toolkit::new(client.clone(), self);
+        toolkit.metrics = metrics.clone();
         let status_writes = toolkit.status_writes.clone();
         let ctx = Arc::new(make_context(toolkit, image));
         let guard = Arc::new(Guard {
@@ -134,7 +146,7 @@ impl Operator {
                 .progress_every(PROGRESS_INTERVAL),
             resyncs: Arc::new(Admission::new(RESYNC_QUEUED)),
             status_writes,
-            slots: crate::fair::FairSlots::new(usize::from(args.max_concurrent_reconciles)),
+            slots: crate::runner::fair::FairSlots::new(usize::from(args.max_concurrent_reconciles)),
             reconcile,
         });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
@@ -147,19 +159,6 @@ impl Operator {
         }
         tracing::info!("shut down cleanly");
         Ok(())
-    }
-
-    /// What the runner hands `make_context`: the client, an event publisher reporting as
-    /// this operator, the metrics and the watched namespaces.
-    fn toolkit(self, client: &Client, metrics: &Metrics, watch: &WatchNamespaces) -> Toolkit {
-        Toolkit {
-            client: client.clone(),
-            events: Events::new(client.clone(), self.name),
-            metrics: metrics.clone(),
-            operator: self,
-            watch_namespaces: watch.clone(),
-            status_writes: std::sync::Arc::default(),
-        }
     }
 
     /// Waits for this replica to win leader election (`--leader-elect`), ready meanwhile
@@ -331,7 +330,7 @@ where
 ///
 /// # Errors
 /// When serialization fails (a bug).
-pub fn crd_yaml<K: CustomResourceExt>() -> Result<String, Error> {
+pub(crate) fn crd_yaml<K: CustomResourceExt>() -> Result<String, Error> {
     serde_saphyr::to_string(&K::crd()).map_err(|e| Error::Serialize {
         what: "CRD".to_owned(),
         source: serde::ser::Error::custom(e),
@@ -387,7 +386,7 @@ fn connect(
     config: kube::Config,
     limit: ClientRateLimit,
 ) -> Result<Client, Error> {
-    crate::client::client(config, metrics, limit).map_err(no_credentials)
+    crate::runner::client::client(config, metrics, limit).map_err(no_credentials)
 }
 
 fn no_credentials(source: kube::Error) -> Error {
@@ -511,7 +510,7 @@ mod tests {
                 async move {
                     let now = tokio::time::Instant::now();
                     if let Gate::Wait(wait) =
-                        gate.check("ns/o", None, now.into_std(), || Progress::Settled)
+                        gate.check("ns/o", None, now.into_std(), || crate::Progress::Settled)
                     {
                         return Ok(Action::requeue(wait));
                     }

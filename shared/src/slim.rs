@@ -13,10 +13,10 @@
 //! the operator wants, field by field, so [`Slim`] keeps the fields the operator's field
 //! manager owns ([`projection`]) and the status, as JSON text, and nothing a tenant added
 //! beside them: what one cached child takes is bounded by what the operator applies
-//! (and by [`projection::MAX_KEPT_SPEC`]), not by what the object holds. A reconcile parses
+//! (and by `MAX_KEPT_SPEC`), not by what the object holds. A reconcile parses
 //! it back into the full type ([`Slim::full`]) when it needs it.
 //!
-//! Pods keep only the labels in [`KEPT_POD_LABELS`]; every cached object only its
+//! Pods keep only the labels in `KEPT_POD_LABELS`; every cached object only its
 //! controller owner reference and its first finalizers.
 
 use std::{
@@ -217,7 +217,7 @@ impl<'de> Deserialize<'de> for Pairs {
 /// `app.kubernetes.io` ones, PodSet's `app` and `version`, and the Deployment controller's
 /// `pod-template-hash`). A pod's labels are a tenant's to set, and any others, however
 /// many, are dropped while parsing.
-pub const KEPT_POD_LABELS: &[&str] = &[
+pub(crate) const KEPT_POD_LABELS: &[&str] = &[
     "app",
     "version",
     "pod-template-hash",
@@ -411,7 +411,7 @@ impl Resource for SlimPod {
 /// Watched and listed as `K`'s resource; [`Slim::full`] gives the object back as `K`, all
 /// of it but `managedFields`.
 ///
-/// It also remembers the [`fingerprint`] of the one desired
+/// It also remembers the `fingerprint` of the one desired
 /// object this very version was last found to hold ([`Slim::holds`]), so a reconcile that
 /// wants the same again skips parsing and comparing the child: a version never changes,
 /// and the next one is a new `Slim` that holds nothing.
@@ -441,7 +441,7 @@ impl<K> Slim<K> {
     }
 
     /// Whether this version was found to hold every field of the desired object whose
-    /// [`fingerprint`] is `fingerprint` ([`Slim::found_holding`]).
+    /// `fingerprint` is `fingerprint` ([`Slim::found_holding`]).
     #[must_use]
     pub fn holds(&self, fingerprint: u64) -> bool {
         fingerprint != 0 && self.holds.load(Ordering::Relaxed) == fingerprint
@@ -503,7 +503,7 @@ impl<K: Resource<DynamicType = ()>> fmt::Debug for Slim<K> {
 ///
 /// # Errors
 /// [`crate::Error::Serialize`] when `desired` does not serialize.
-pub fn fingerprint<K: Resource + Serialize>(desired: &K) -> Result<u64, crate::Error> {
+pub(crate) fn fingerprint<K: Resource + Serialize>(desired: &K) -> Result<u64, crate::Error> {
     use std::hash::{Hash, Hasher};
     let json = serde_json::to_vec(desired).map_err(|source| crate::Error::Serialize {
         what: format!("desired {:?}", desired.meta().name),

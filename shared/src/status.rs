@@ -1,5 +1,5 @@
 //! The end of every reconcile: write the status it computed, when it changed, and announce
-//! the condition transitions with events ([`publish_status`]).
+//! the condition transitions with events (`write_status`).
 //!
 //! The status itself is computed by each operator (its `status` module, pure, with
 //! [`Conditions`](crate::conditions::Conditions) and the clock of
@@ -155,7 +155,7 @@ pub(crate) fn status_hash<S: Serialize>(status: &S) -> Option<u64> {
 ///
 /// # Errors
 /// [`Error::Kube`] when the status patch fails otherwise (`403`, `409`, `422`, ...).
-pub async fn publish_status<K>(
+pub(crate) async fn write_status<K>(
     api: &Api<K>,
     events: &Events,
     obj: &K,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The top-level module a source file belongs to (`run/guard.rs` -> `run`).
+/// The top-level module a source file belongs to (`runner/guard.rs` -> `runner`).
 fn module_of(relative: &Path) -> String {
     let first = relative
         .components()
@@ -111,7 +111,7 @@ fn path(
 #[test]
 fn the_modules_import_each_other_without_circles() {
     let graph = graph();
-    assert!(graph.contains_key("run") && graph["run"].contains("namespaces"));
+    assert!(graph.contains_key("runner") && graph["runner"].contains("namespaces"));
     for module in graph.keys() {
         if let Some(circle) = path(&graph, module, module, &mut BTreeSet::new()) {
             panic!(

@@ -22,22 +22,22 @@ use super::Announcement;
 
 /// How long a published event can still become a series when it repeats (kube-rs's
 /// recorder keeps them as long).
-pub const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
+pub(crate) const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
 
 /// How many recently published events are remembered for series at most: client-go's
 /// event correlator keeps as many. Beyond, the oldest is forgotten (its next repeat is a new
 /// event rather than a count on the old one).
-pub const RECENT_CAPACITY: usize = 4096;
+pub(crate) const RECENT_CAPACITY: usize = 4096;
 
 /// Publishes events for one operator.
 ///
-/// An event that repeats one published within [`SERIES_WINDOW`] (same object, type,
+/// An event that repeats one published within `SERIES_WINDOW` (same object, type,
 /// reason and action) is counted on that event as a series (`series.count`,
 /// `series.lastObservedTime`) rather than created again. kube-rs's `Recorder` does the same
 /// but keeps every event it published for six minutes, whole, and scans all of them on each
 /// publish: 20,000 events (10,000 objects created) took about 30 MiB and a scan of up to
 /// 20,000 entries per event. Here only a hash, the event's name and its count are kept, at
-/// most [`RECENT_CAPACITY`] of them.
+/// most `RECENT_CAPACITY` of them.
 #[derive(Clone)]
 pub struct Events {
     client: Client,

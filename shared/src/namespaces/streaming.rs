@@ -22,7 +22,7 @@ use super::Watched;
 
 /// How the caches fill: `--streaming-lists=auto|true|false`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StreamingLists {
+pub(crate) enum StreamingLists {
     /// Streaming lists where the API server serves them, paged lists where it does not:
     /// each [`Scope`](super::Scope) asks the server once, before its first watch starts.
     #[default]

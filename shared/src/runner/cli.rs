@@ -5,13 +5,13 @@ use std::{net::SocketAddr, str::FromStr, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-pub use crate::leader::LeaderElectionMode;
 use crate::namespaces::{StreamingLists, WatchNamespaces};
+pub(super) use crate::runner::leader::LeaderElectionMode;
 
 /// The command line of an operator binary.
 #[derive(Debug, Clone, Parser)]
 #[command(version, about, args_conflicts_with_subcommands = false)]
-pub struct Cli {
+pub(super) struct Cli {
     /// What to do; `run` when omitted.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -23,7 +23,7 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Clone, Subcommand)]
-pub enum Command {
+pub(super) enum Command {
     /// Run the operator (the default).
     Run,
     /// Print the CustomResourceDefinition as YAML on stdout.
@@ -33,12 +33,12 @@ pub enum Command {
 impl Cli {
     /// Parses the process arguments, naming the program `name` in help and errors.
     #[must_use]
-    pub fn parse_for(name: &'static str) -> Self {
+    pub(super) fn parse_for(name: &'static str) -> Self {
         Self::parse_from_for(name, std::env::args_os())
     }
 
     /// Parses `args` (the first one is the program name); exits with a usage message on error.
-    pub fn parse_from_for<I, T>(name: &'static str, args: I) -> Self
+    pub(super) fn parse_from_for<I, T>(name: &'static str, args: I) -> Self
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
@@ -50,12 +50,12 @@ impl Cli {
     }
 
     /// Parses `args` (the first one is the program name). With `--leader-elect`, the
-    /// election timing is checked as client-go checks it (see [`crate::leader::validate_timing`]);
+    /// election timing is checked as client-go checks it (see [`crate::runner::leader::validate_timing`]);
     /// `--kube-api-qps` and `--kube-api-burst` are checked always ([`RunArgs::client_rate_limit`]).
     ///
     /// # Errors
     /// A clap error describing the bad flag.
-    pub fn try_parse_from_for<I, T>(name: &'static str, args: I) -> Result<Self, clap::Error>
+    pub(super) fn try_parse_from_for<I, T>(name: &'static str, args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
@@ -68,8 +68,12 @@ impl Cli {
         let cli = Self::from_arg_matches(&matches)?;
         if cli.run.leader_elect {
             let a = &cli.run;
-            crate::leader::validate_timing(a.lease_duration, a.renew_deadline, a.retry_period)
-                .map_err(|msg| command.error(clap::error::ErrorKind::ValueValidation, msg))?;
+            crate::runner::leader::validate_timing(
+                a.lease_duration,
+                a.renew_deadline,
+                a.retry_period,
+            )
+            .map_err(|msg| command.error(clap::error::ErrorKind::ValueValidation, msg))?;
         }
         cli.run
             .client_rate_limit()
@@ -79,14 +83,14 @@ impl Cli {
 
     /// The subcommand, defaulting to `run`.
     #[must_use]
-    pub fn subcommand(&self) -> Command {
+    pub(super) fn subcommand(&self) -> Command {
         self.command.clone().unwrap_or(Command::Run)
     }
 }
 
 /// Flags of `run`.
 #[derive(Debug, Clone, Args)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// Enable leader election, so only one replica reconciles at a time
     /// (`--enable-leader-election` is the older kubebuilder scaffold's name).
     #[arg(long, visible_alias = "enable-leader-election", global = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
@@ -168,13 +172,13 @@ pub struct RunArgs {
     /// takes one when it starts and holds none. Answers 429 Too Many Requests (and 503 with
     /// Retry-After) are retried after their Retry-After (at most 10 s; 1 s, 2 s, 4 s, ...
     /// without it), 5 attempts in all.
-    #[arg(long, global = true, default_value_t = crate::rate_limit::DEFAULT_QPS, value_name = "QPS")]
+    #[arg(long, global = true, default_value_t = crate::runner::rate_limit::DEFAULT_QPS, value_name = "QPS")]
     pub kube_api_qps: f32,
 
     /// Requests to the Kubernetes API server allowed at once after a quiet spell: the size
     /// of the `--kube-api-qps` token bucket (at least 1; 30 is controller-runtime's default
     /// up to v0.20).
-    #[arg(long, global = true, default_value_t = crate::rate_limit::DEFAULT_BURST, value_name = "N")]
+    #[arg(long, global = true, default_value_t = crate::runner::rate_limit::DEFAULT_BURST, value_name = "N")]
     pub kube_api_burst: u32,
 
     /// How the caches fill: streaming lists (a watch with `sendInitialEvents`, the API
@@ -227,7 +231,7 @@ pub struct RunArgs {
 
 /// How log lines carry their timestamp (zap's `--zap-time-encoding`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeEncoding {
+pub(super) enum TimeEncoding {
     /// Seconds since the Unix epoch, with a fraction (`1732363980.123456`).
     Epoch,
     /// Milliseconds since the Unix epoch, with a fraction.
@@ -245,7 +249,7 @@ pub enum TimeEncoding {
 impl TimeEncoding {
     /// `t` in this encoding; `None` (no flag) is RFC 3339 with microseconds.
     #[must_use]
-    pub fn format(encoding: Option<Self>, t: jiff::Timestamp) -> String {
+    pub(super) fn format(encoding: Option<Self>, t: jiff::Timestamp) -> String {
         let nanos = t.as_nanosecond();
         #[allow(clippy::cast_precision_loss)]
         match encoding {
@@ -288,7 +292,7 @@ fn parse_zap_level_name(s: &str) -> Result<String, String> {
 
 /// A listen address; `None` when disabled with `0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BindAddress(pub Option<SocketAddr>);
+pub(super) struct BindAddress(pub Option<SocketAddr>);
 
 impl BindAddress {
     fn parse(s: &str) -> Result<Self, String> {
@@ -298,7 +302,7 @@ impl BindAddress {
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
+pub(super) enum LogFormat {
     /// One JSON object per line.
     Json,
     /// Human-readable text (zap's `console`).
@@ -308,7 +312,7 @@ pub enum LogFormat {
 impl RunArgs {
     /// The log format, after `--zap-devel` defaults (json otherwise, as a zap production logger).
     #[must_use]
-    pub fn effective_log_format(&self) -> LogFormat {
+    pub(super) fn effective_log_format(&self) -> LogFormat {
         self.log_format.unwrap_or(if self.zap_devel {
             LogFormat::Text
         } else {
@@ -318,7 +322,7 @@ impl RunArgs {
 
     /// The tracing filter directive from the flags (`RUST_LOG` is applied when logging starts).
     #[must_use]
-    pub fn effective_log_level(&self) -> String {
+    pub(super) fn effective_log_level(&self) -> String {
         match self.log_level.as_deref() {
             Some(level) => zap_level_to_directive(level),
             None if self.zap_devel => "debug".to_owned(),
@@ -330,13 +334,15 @@ impl RunArgs {
     ///
     /// # Errors
     /// A message naming the flag whose value is out of range.
-    pub fn client_rate_limit(&self) -> Result<crate::rate_limit::ClientRateLimit, String> {
-        crate::rate_limit::ClientRateLimit::new(self.kube_api_qps, self.kube_api_burst)
+    pub(super) fn client_rate_limit(
+        &self,
+    ) -> Result<crate::runner::rate_limit::ClientRateLimit, String> {
+        crate::runner::rate_limit::ClientRateLimit::new(self.kube_api_qps, self.kube_api_burst)
     }
 
     /// The namespace of the leader-election Lease: the flag, else the pod's own namespace, else `default`.
     #[must_use]
-    pub fn leader_election_namespace(&self) -> String {
+    pub(super) fn leader_election_namespace(&self) -> String {
         self.leader_election_namespace
             .clone()
             .filter(|ns| !ns.is_empty())
@@ -346,7 +352,7 @@ impl RunArgs {
 
     /// The name of the leader-election Lease: the flag, else `<operator>-leader`.
     #[must_use]
-    pub fn leader_election_id(&self, operator: &str) -> String {
+    pub(super) fn leader_election_id(&self, operator: &str) -> String {
         self.leader_election_id
             .clone()
             .filter(|id| !id.is_empty())
@@ -398,7 +404,7 @@ fn parse_log_format(s: &str) -> Result<LogFormat, String> {
 ///
 /// # Errors
 /// A message saying what shape is expected (clap prefixes it with the flag's name).
-pub fn parse_bind_address(s: &str) -> Result<Option<SocketAddr>, String> {
+pub(super) fn parse_bind_address(s: &str) -> Result<Option<SocketAddr>, String> {
     let s = s.trim();
     if s.is_empty() || s == "0" {
         return Ok(None);
@@ -423,7 +429,7 @@ pub fn parse_bind_address(s: &str) -> Result<Option<SocketAddr>, String> {
 ///
 /// # Errors
 /// A message naming the accepted units.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let bad = || format!("`{s}` is not a duration: use e.g. 15s, 500ms, 1m30s, 2.5s, 1h");
     let rest = s.strip_prefix('+').unwrap_or(s);
@@ -506,7 +512,7 @@ mod tests {
         assert_eq!(a.leader_election_mode, LeaderElectionMode::Lease);
         assert_eq!(
             a.client_rate_limit().unwrap(),
-            crate::rate_limit::ClientRateLimit::default()
+            crate::runner::rate_limit::ClientRateLimit::default()
         );
     }
 

@@ -10,8 +10,8 @@ use kube::client::{ClientBuilder, ConfigExt as _, DynBody};
 use tower::{BoxError, ServiceBuilder, ServiceExt as _, util::BoxService};
 
 use crate::{
-    metrics::Metrics,
-    rate_limit::{ClientRateLimit, RateLimitLayer, RetryThrottled, TokenBucket},
+    runner::metrics::Metrics,
+    runner::rate_limit::{ClientRateLimit, RateLimitLayer, RetryThrottled, TokenBucket},
 };
 
 /// Requests the buffer under the client's own layers holds before callers wait (kube's
@@ -39,7 +39,7 @@ type Transport =
 /// credential plugin.
 ///
 /// The layers, outermost first: [`RetryThrottled`] sends a request again after a 429 (or
-/// a 503 with `Retry-After`); [`RateLimit`](crate::rate_limit::RateLimit) makes each
+/// a 503 with `Retry-After`); [`RateLimit`](crate::runner::rate_limit::RateLimit) makes each
 /// attempt wait for a token of a [`TokenBucket`] of its own for this client (`limit`:
 /// `--kube-api-qps`, `--kube-api-burst`); the metrics layer counts each attempt; a buffer
 /// makes the service stack cloneable, as retries need.

@@ -13,9 +13,9 @@ use tracing::Instrument;
 use crate::{
     backoff::{Debounce, ErrorBackoff, Gate},
     error::ReconcileError,
-    metrics::{Metrics, ReconcileResult},
     namespaces::ScopeStatus,
-    toolkit::Pacing,
+    runner::metrics::{Metrics, ReconcileResult},
+    runner::toolkit::Pacing,
 };
 
 /// The operator's reconcile as the controllers call it, with what surrounds each call:
@@ -46,7 +46,7 @@ pub(super) struct Guard<K, Ctx, Fut> {
     /// watches do not pass on as triggers ([`crate::Scope::with_status_writes`]).
     pub(super) status_writes: Arc<crate::status::StatusWrites>,
     /// The reconcile slots (`--max-concurrent-reconciles`), taken in turn by namespace.
-    pub(super) slots: Arc<crate::fair::FairSlots>,
+    pub(super) slots: Arc<crate::runner::fair::FairSlots>,
     /// The operator's reconcile.
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }

@@ -28,24 +28,24 @@ use kube::Client;
 use serving::Limits;
 
 #[cfg(feature = "secure-metrics")]
-use crate::metrics_auth::{self, ApiServerReviewer, Authorizer, CertFiles};
-use crate::{cli::RunArgs, error::Error, metrics::Metrics};
+use crate::runner::metrics_auth::{self, ApiServerReviewer, Authorizer, CertFiles};
+use crate::{error::Error, runner::cli::RunArgs, runner::metrics::Metrics};
 
 /// Readiness shared between the runner and `/readyz`. Only ready or not: what is not ready
 /// and why (the namespaces whose watches fail, the API's error) is the runner's log's
 /// (`watch status`), never `/readyz`'s, which answers anyone who reaches the pod.
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub(super) struct Readiness(Arc<AtomicBool>);
 
 impl Readiness {
     /// Marks the process ready (watches synced, or standing by for leadership) or not.
-    pub fn set(&self, ready: bool) {
+    pub(super) fn set(&self, ready: bool) {
         self.0.store(ready, Ordering::Release);
     }
 
     /// Whether `/readyz` answers 200.
     #[must_use]
-    pub fn is_ready(&self) -> bool {
+    pub(super) fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
@@ -87,10 +87,10 @@ fn metrics_router(m: Metrics) -> Router {
 
 /// How `/metrics` is served.
 #[derive(Debug, Clone)]
-pub enum MetricsSecurity {
+pub(super) enum MetricsSecurity {
     /// Plain HTTP, no authentication.
     Plain,
-    /// HTTPS, every request authenticated and authorized (see [`crate::metrics_auth`]).
+    /// HTTPS, every request authenticated and authorized (see [`crate::runner::metrics_auth`]).
     #[cfg(feature = "secure-metrics")]
     Secure {
         /// The TLS configuration.
@@ -102,7 +102,7 @@ pub enum MetricsSecurity {
 
 /// The servers to start.
 #[derive(Debug, Clone)]
-pub struct Endpoints {
+pub(super) struct Endpoints {
     /// Where `/metrics` is served (`None`: nowhere).
     pub metrics: Option<SocketAddr>,
     /// How `/metrics` is served.
@@ -120,7 +120,7 @@ pub struct Endpoints {
 ///
 /// # Errors
 /// [`Error::Serve`] when the certificate cannot be read or made.
-pub fn endpoints_from_args(args: &RunArgs, client: &Client) -> Result<Endpoints, Error> {
+pub(super) fn endpoints_from_args(args: &RunArgs, client: &Client) -> Result<Endpoints, Error> {
     let metrics = args.metrics_bind_address.0;
     let metrics_security = match metrics {
         Some(addr) if args.metrics_secure => secure_metrics(args, client, addr)?,
@@ -181,7 +181,7 @@ fn secure_metrics(_: &RunArgs, _: &Client, addr: SocketAddr) -> Result<MetricsSe
 ///
 /// # Errors
 /// [`Error::Serve`] when an address cannot be bound or the certificate cannot be loaded.
-pub async fn serve_from_args(
+pub(super) async fn serve_from_args(
     args: &RunArgs,
     client: &Client,
     m: Metrics,
@@ -197,7 +197,7 @@ pub async fn serve_from_args(
 /// # Errors
 /// [`Error::Serve`] when an address cannot be bound (in use, no permission), or when
 /// HTTPS metrics and the plain-HTTP probes are asked for on one address.
-pub async fn serve(
+pub(super) async fn serve(
     endpoints: Endpoints,
     m: Metrics,
     ready: Readiness,
@@ -296,7 +296,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::metrics_auth::test_files::{FakeReviewer, cert_files, write_self_signed};
+    use crate::runner::metrics_auth::test_files::{FakeReviewer, cert_files, write_self_signed};
     use std::time::{Duration, Instant};
     use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpStream;
@@ -465,7 +465,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_reviews_count_against_the_connections_peer() {
-        use crate::metrics_auth::{MAX_REVIEWS_PER_PEER, test_files::GatedReviewer};
+        use crate::runner::metrics_auth::{MAX_REVIEWS_PER_PEER, test_files::GatedReviewer};
         use std::sync::atomic::Ordering;
         let (dir, files) = cert_files("health-peers-test");
         let cert = write_self_signed(&files, "localhost");
@@ -583,7 +583,9 @@ mod tests {
     fn args(flags: &[&str]) -> RunArgs {
         let mut all = vec!["op"];
         all.extend_from_slice(flags);
-        crate::cli::Cli::try_parse_from_for("op", all).unwrap().run
+        crate::runner::cli::Cli::try_parse_from_for("op", all)
+            .unwrap()
+            .run
     }
 
     /// A client that never connects (building endpoints makes no request).

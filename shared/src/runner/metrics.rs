@@ -58,7 +58,7 @@ type Labels = Vec<(&'static str, String)>;
 
 /// controller-runtime's reconcile-time buckets (seconds), from its
 /// `pkg/internal/controller/metrics/metrics.go`.
-pub const RECONCILE_TIME_BUCKETS: [f64; 40] = [
+pub(super) const RECONCILE_TIME_BUCKETS: [f64; 40] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
     1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
     25.0, 30.0, 40.0, 50.0, 60.0,
@@ -82,7 +82,7 @@ fn workqueue_histogram() -> Histogram {
 /// has no counterpart: kube-runtime's `Action` always names a delay, so it is
 /// `requeue_after`, and the label value `requeue` is not exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReconcileResult {
+pub(crate) enum ReconcileResult {
     /// Done; wait for the next change.
     Success,
     /// Failed; retried with backoff.
@@ -190,7 +190,7 @@ impl Collector for InFlight {
 
 /// All metrics of one operator process.
 #[derive(Debug, Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Arc<Registry>,
     reconcile_total: Family<Labels, Counter>,
     reconcile_errors_total: Family<Labels, Counter>,
@@ -230,7 +230,7 @@ fn queue_labels(controller: &str) -> Labels {
 impl Metrics {
     /// Creates and registers every metric.
     #[must_use]
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
         // prometheus-client appends `_total` to counters' samples.
         let reconcile_total = Family::<Labels, Counter>::default();
@@ -328,7 +328,9 @@ impl Metrics {
         );
         let in_flight = Arc::new(InFlight::default());
         registry.register_collector(Box::new(in_flight.clone()));
-        registry.register_collector(Box::new(crate::process_metrics::ProcessCollector::new()));
+        registry.register_collector(Box::new(
+            crate::runner::process_metrics::ProcessCollector::new(),
+        ));
         let object_gauges = object_gauges::Sources::default();
         registry.register_collector(Box::new(object_gauges.clone()));
         Self {
@@ -354,7 +356,7 @@ impl Metrics {
 
     /// Adds gauges the operator computes at each scrape from what it caches (one series
     /// per object; see [`ObjectGauges`]).
-    pub fn add_object_gauges(&self, source: Arc<dyn ObjectGauges>) {
+    pub(crate) fn add_object_gauges(&self, source: Arc<dyn ObjectGauges>) {
         self.object_gauges.add(source);
     }
 
@@ -465,7 +467,7 @@ impl Metrics {
 
 /// A dispatched reconcile not yet running (see [`Metrics::queued`]).
 #[derive(Debug)]
-pub struct Queued {
+pub(crate) struct Queued {
     metrics: Metrics,
     controller: String,
     since: Instant,
@@ -477,7 +479,7 @@ impl Queued {
     /// `workqueue_queue_duration_seconds`, and counts a busy worker (and its running time
     /// for the unfinished-work gauges) until the guard is dropped.
     #[must_use]
-    pub fn start(mut self) -> WorkerGuard {
+    pub(crate) fn start(mut self) -> WorkerGuard {
         if let Some(depth) = self.depth.take() {
             depth.dec();
         }
@@ -511,7 +513,7 @@ impl Drop for Queued {
 /// Decrements `controller_runtime_active_workers` and ends the reconcile's running time
 /// when dropped (also when a reconcile is cancelled).
 #[derive(Debug)]
-pub struct WorkerGuard {
+pub(crate) struct WorkerGuard {
     active: Gauge<i64, AtomicI64>,
     in_flight: Arc<InFlight>,
     id: u64,

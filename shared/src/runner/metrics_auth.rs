@@ -61,21 +61,21 @@ use tokio::{
 };
 
 /// How long an allowed request's answer is reused.
-pub const ALLOW_TTL: Duration = Duration::from_secs(60);
+pub(super) const ALLOW_TTL: Duration = Duration::from_secs(60);
 /// How long a refused (401 or 403) request's answer is reused.
-pub const DENY_TTL: Duration = Duration::from_secs(10);
+pub(super) const DENY_TTL: Duration = Duration::from_secs(10);
 /// At most this many allowed answers are cached.
-pub const CACHE_CAPACITY: usize = 1024;
+pub(super) const CACHE_CAPACITY: usize = 1024;
 /// At most this many refused answers are cached (apart from the allowed ones).
-pub const DENY_CACHE_CAPACITY: usize = 256;
+pub(super) const DENY_CACHE_CAPACITY: usize = 256;
 /// At most this many reviews are asked of the API server at once.
-pub const MAX_REVIEWS_IN_FLIGHT: usize = 8;
+pub(super) const MAX_REVIEWS_IN_FLIGHT: usize = 8;
 /// At most this many reviews are asked at once for the requests of one peer.
-pub const MAX_REVIEWS_PER_PEER: usize = 2;
+pub(super) const MAX_REVIEWS_PER_PEER: usize = 2;
 
 /// What the API server said about a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(super) enum Decision {
     /// The token is not valid (`401`).
     Unauthenticated,
     /// The token's user may not do this (`403`).
@@ -91,7 +91,7 @@ pub enum Decision {
 }
 
 /// Asks whether a bearer token may use `verb` on the non-resource `path`.
-pub trait Reviewer: Send + Sync + 'static {
+pub(super) trait Reviewer: Send + Sync + 'static {
     /// One review; an error means the question could not be answered (not cached).
     fn review<'a>(
         &'a self,
@@ -103,7 +103,7 @@ pub trait Reviewer: Send + Sync + 'static {
 
 /// Reviews with a TokenReview and a SubjectAccessReview against the API server.
 #[derive(Clone)]
-pub struct ApiServerReviewer {
+pub(super) struct ApiServerReviewer {
     client: Client,
 }
 
@@ -111,7 +111,7 @@ impl ApiServerReviewer {
     /// Reviews with `client` (its identity needs `create` on `tokenreviews` and
     /// `subjectaccessreviews`: the `metrics-auth-role` of `deploy/`).
     #[must_use]
-    pub fn new(client: Client) -> Self {
+    pub(super) fn new(client: Client) -> Self {
         Self { client }
     }
 }
@@ -168,7 +168,7 @@ impl Reviewer for ApiServerReviewer {
 
 /// A [`Reviewer`] behind bounded caches of its answers and caps on the reviews in flight
 /// (see the module docs).
-pub struct Authorizer {
+pub(super) struct Authorizer {
     reviewer: Box<dyn Reviewer>,
     /// Allowed answers: only tokens the API server authenticated and authorized fill it.
     allowed: Mutex<Cache>,
@@ -188,7 +188,7 @@ impl std::fmt::Debug for Authorizer {
 
 /// Why a request could not be decided.
 #[derive(Debug, thiserror::Error)]
-pub enum ReviewError {
+pub(super) enum ReviewError {
     /// [`MAX_REVIEWS_IN_FLIGHT`] reviews are in flight, or [`MAX_REVIEWS_PER_PEER`] for
     /// the request's peer: not asked (`429`).
     #[error("too many reviews in flight")]
@@ -201,7 +201,7 @@ pub enum ReviewError {
 impl Authorizer {
     /// Caches the answers of `reviewer`.
     #[must_use]
-    pub fn new(reviewer: impl Reviewer) -> Self {
+    pub(super) fn new(reviewer: impl Reviewer) -> Self {
         Self {
             reviewer: Box::new(reviewer),
             allowed: Mutex::new(Cache::new(CACHE_CAPACITY)),
@@ -217,7 +217,7 @@ impl Authorizer {
     /// # Errors
     /// [`ReviewError::Busy`] over a cap, [`ReviewError::Api`] when the API server could
     /// not be asked.
-    pub async fn decide(
+    pub(super) async fn decide(
         &self,
         peer: Option<IpAddr>,
         token: &str,
@@ -419,7 +419,7 @@ fn bearer(request: &Request) -> Option<&str> {
 }
 
 /// axum middleware: authenticates and authorizes every request (see the module docs).
-pub async fn require_authorized(
+pub(super) async fn require_authorized(
     State(auth): State<Arc<Authorizer>>,
     request: Request,
     next: Next,
@@ -473,7 +473,7 @@ pub async fn require_authorized(
 
 /// Where a certificate and its key are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertFiles {
+pub(super) struct CertFiles {
     /// The PEM certificate (chain).
     pub cert: std::path::PathBuf,
     /// The PEM private key.
@@ -481,7 +481,7 @@ pub struct CertFiles {
 }
 
 /// How often the certificate files are checked for a change (a rotated Secret).
-pub const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+pub(super) const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The TLS configuration of the metrics server: the certificate in `files` (reloaded when
 /// the files change, as controller-runtime's certwatcher does, so a rotated cert-manager
@@ -490,7 +490,7 @@ pub const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 ///
 /// # Errors
 /// A file that cannot be read or holds no certificate or key; a key that does not match.
-pub fn tls_config(files: Option<&CertFiles>) -> io::Result<Arc<rustls::ServerConfig>> {
+pub(super) fn tls_config(files: Option<&CertFiles>) -> io::Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let resolver: Arc<dyn rustls::server::ResolvesServerCert> = match files {
         Some(files) => Arc::new(ReloadingCert::load(files.clone(), provider.clone())?),
@@ -646,7 +646,7 @@ fn self_signed() -> io::Result<CertAndKey> {
 /// The TLS handshake for [`serving::serve`]. Each connection's stream is tagged with its
 /// peer for `authorizer` until it drops, so the reviews of its requests count against that
 /// peer ([`MAX_REVIEWS_PER_PEER`]).
-pub fn tls_handshake(
+pub(super) fn tls_handshake(
     config: Arc<rustls::ServerConfig>,
     authorizer: Arc<Authorizer>,
 ) -> impl Fn(
@@ -673,7 +673,7 @@ pub fn tls_handshake(
 
 /// A connection's stream, tagged with its peer while it lives ([`tls_handshake`]).
 #[derive(Debug)]
-pub struct Tagged<S> {
+pub(super) struct Tagged<S> {
     stream: S,
     _tag: Option<ConnectionTag>,
 }

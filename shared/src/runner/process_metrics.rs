@@ -16,7 +16,7 @@ const USER_HZ: f64 = 100.0;
 
 /// One reading of the process's figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProcessStats {
+pub(super) struct ProcessStats {
     /// User plus system CPU time, seconds.
     pub cpu_seconds: f64,
     /// Resident memory, bytes.
@@ -33,7 +33,7 @@ pub struct ProcessStats {
 
 /// Reads the figures of this process from `/proc`; `None` where they cannot be read.
 #[must_use]
-pub fn read() -> Option<ProcessStats> {
+pub(super) fn read() -> Option<ProcessStats> {
     let stat = parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
     let resident_kib = parse_status_kib(
         &std::fs::read_to_string("/proc/self/status").ok()?,
@@ -109,12 +109,12 @@ fn parse_max_open_files(text: &str) -> Option<f64> {
 
 /// Exports [`read`] at each scrape.
 #[derive(Debug, Default)]
-pub struct ProcessCollector;
+pub(super) struct ProcessCollector;
 
 impl ProcessCollector {
     /// The collector.
     #[must_use]
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self
     }
 }

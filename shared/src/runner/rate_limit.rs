@@ -30,24 +30,24 @@ use tower::{ServiceExt as _, retry::Policy};
 /// No client-side limit (`--kube-api-qps` below zero, client-go's way to turn the token
 /// bucket off): controller-runtime's default since v0.21, which leaves fairness to the API
 /// server's Priority and Fairness.
-pub const DEFAULT_QPS: f32 = -1.0;
+pub(super) const DEFAULT_QPS: f32 = -1.0;
 
 /// client-go's burst as controller-runtime configured it up to v0.20 (`--kube-api-burst`),
 /// used once `--kube-api-qps` sets a rate.
-pub const DEFAULT_BURST: u32 = 30;
+pub(super) const DEFAULT_BURST: u32 = 30;
 
 /// How many times [`RetryThrottled`] sends a request in all (the first attempt included).
-pub const MAX_ATTEMPTS: u32 = 5;
+pub(super) const MAX_ATTEMPTS: u32 = 5;
 
 /// The longest [`RetryThrottled`] waits before an attempt, whatever `Retry-After` says.
-pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+pub(super) const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
 
 /// [`RetryThrottled`]'s first wait after a 429 without `Retry-After`; doubled each time.
-pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The client's request rate: `qps` tokens per second refill a bucket of `burst` tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ClientRateLimit {
+pub(super) struct ClientRateLimit {
     qps: f32,
     burst: u32,
 }
@@ -59,7 +59,7 @@ impl ClientRateLimit {
     /// # Errors
     /// A message naming the flag (`--kube-api-qps`, `--kube-api-burst`) when `qps` is zero
     /// or not a finite number, or `burst` is zero.
-    pub fn new(qps: f32, burst: u32) -> Result<Self, String> {
+    pub(super) fn new(qps: f32, burst: u32) -> Result<Self, String> {
         if !qps.is_finite() || qps == 0.0 {
             return Err(format!(
                 "--kube-api-qps ({qps}) must be a finite number greater than zero, or negative for no limit"
@@ -74,20 +74,20 @@ impl ClientRateLimit {
     /// Tokens added per second (negative: no limit).
     #[cfg(test)]
     #[must_use]
-    pub fn qps(&self) -> f32 {
+    pub(super) fn qps(&self) -> f32 {
         self.qps
     }
 
     /// Whether requests go out without waiting for tokens (a negative `qps`).
     #[must_use]
-    pub fn is_unlimited(&self) -> bool {
+    pub(super) fn is_unlimited(&self) -> bool {
         self.qps < 0.0
     }
 
     /// The bucket's size: requests allowed at once after a quiet spell.
     #[cfg(test)]
     #[must_use]
-    pub fn burst(&self) -> u32 {
+    pub(super) fn burst(&self) -> u32 {
         self.burst
     }
 }
@@ -114,14 +114,14 @@ impl Default for ClientRateLimit {
 ///
 /// Waiters take turns by namespace (the namespace in the request's path; cluster-wide
 /// requests count as one more), round robin across the namespaces with requests waiting
-/// and first come, first served within one ([`crate::fair`]): one namespace's burst of
+/// and first come, first served within one ([`crate::runner::fair`]): one namespace's burst of
 /// requests waits behind itself, not in front of another's. The one whose turn it is
 /// sleeps until its token is due and takes it only then, so a waiter that is dropped (a
 /// cancelled request) takes nothing, and nobody polls in a loop.
 #[derive(Clone)]
-pub struct TokenBucket {
+pub(super) struct TokenBucket {
     shared: Arc<Bucket>,
-    turns: Arc<crate::fair::FairSlots>,
+    turns: Arc<crate::runner::fair::FairSlots>,
 }
 
 struct Bucket {
@@ -150,7 +150,7 @@ impl fmt::Debug for TokenBucket {
 impl TokenBucket {
     /// A full bucket for `limit`.
     #[must_use]
-    pub fn new(limit: ClientRateLimit) -> Self {
+    pub(super) fn new(limit: ClientRateLimit) -> Self {
         // Only a rate below ~5e-20 per second does not fit a Duration: then never refill.
         let interval =
             Duration::try_from_secs_f64(1.0 / f64::from(limit.qps)).unwrap_or(Duration::MAX);
@@ -163,13 +163,13 @@ impl TokenBucket {
                 origin: Instant::now(),
                 full_at: tokio::sync::Mutex::new(Duration::ZERO),
             }),
-            turns: crate::fair::FairSlots::new(1),
+            turns: crate::runner::fair::FairSlots::new(1),
         }
     }
 
     /// Takes one token for a request in `namespace` (`""`: cluster-wide), first waiting for
     /// the namespace's turn and then until a token is there.
-    pub async fn acquire(&self, namespace: &str) {
+    pub(super) async fn acquire(&self, namespace: &str) {
         let bucket = &*self.shared;
         if bucket.unlimited {
             return;
@@ -189,14 +189,14 @@ impl TokenBucket {
 
 /// Makes every request of the wrapped service wait for a token of a [`TokenBucket`].
 #[derive(Debug, Clone)]
-pub struct RateLimitLayer {
+pub(super) struct RateLimitLayer {
     bucket: TokenBucket,
 }
 
 impl RateLimitLayer {
     /// Every service this layer wraps takes its tokens from `bucket` (clones share it).
     #[must_use]
-    pub fn new(bucket: TokenBucket) -> Self {
+    pub(super) fn new(bucket: TokenBucket) -> Self {
         Self { bucket }
     }
 }
@@ -219,7 +219,7 @@ impl<S> tower_layer::Layer<S> for RateLimitLayer {
 /// it. The token is taken when a request starts and never given back: a watch costs one
 /// token when it is opened and holds none while its response streams, as in client-go.
 #[derive(Debug, Clone)]
-pub struct RateLimit<S> {
+pub(super) struct RateLimit<S> {
     inner: S,
     bucket: TokenBucket,
 }
@@ -227,7 +227,7 @@ pub struct RateLimit<S> {
 /// The namespace a request is about, read off its path (`/api/v1/namespaces/<ns>/...`,
 /// `/apis/<group>/<version>/namespaces/<ns>/...`); `""` for a cluster-wide one.
 #[must_use]
-pub fn request_namespace(path: &str) -> &str {
+pub(super) fn request_namespace(path: &str) -> &str {
     let mut segments = path.split('/').skip_while(|s| *s != "namespaces").skip(1);
     match (segments.next(), segments.next()) {
         // `/api/v1/namespaces/<ns>` alone is the Namespace object: cluster-wide.
@@ -237,7 +237,7 @@ pub fn request_namespace(path: &str) -> &str {
 }
 
 /// What [`RateLimit`] needs to know of a request: the namespace it is about.
-pub trait InNamespace {
+pub(super) trait InNamespace {
     /// The namespace, or `""` for a cluster-wide request.
     fn namespace(&self) -> &str;
 }
@@ -297,7 +297,7 @@ where
 /// 504 and waits up to 1,000 s, 15 times) is switched off where this policy is used, so a
 /// request is not retried by both.
 #[derive(Debug, Clone, Default)]
-pub struct RetryThrottled {
+pub(super) struct RetryThrottled {
     /// Retries made so far for this request.
     retries: u32,
 }
@@ -306,7 +306,7 @@ impl RetryThrottled {
     /// How long to wait before sending again after an answer with `status` and `headers`;
     /// `None` when it is not retried (given the retries already made).
     #[must_use]
-    pub fn wait(&self, status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    pub(super) fn wait(&self, status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
         if self.retries.saturating_add(1) >= MAX_ATTEMPTS {
             return None;
         }

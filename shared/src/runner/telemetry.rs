@@ -2,11 +2,11 @@
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::cli::{LogFormat, RunArgs, TimeEncoding};
+use crate::runner::cli::{LogFormat, RunArgs, TimeEncoding};
 
 /// Installs the global tracing subscriber. `RUST_LOG`, when set, wins over `--log-level`.
 /// Calling it twice is harmless (the second call does nothing).
-pub fn init(args: &RunArgs) {
+pub(super) fn init(args: &RunArgs) {
     let filter = std::env::var("RUST_LOG")
         .ok()
         .filter(|v| !v.trim().is_empty())

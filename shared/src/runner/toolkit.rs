@@ -11,9 +11,8 @@ use crate::{
     conditions::HasConditions,
     error::Error,
     events::{Announce, Events},
-    metrics::Metrics,
-    namespaces::WatchNamespaces,
-    status::{StatusWrites, publish_status, status_hash},
+    runner::metrics::{Metrics, ObjectGauges},
+    status::{StatusWrites, status_hash, write_status},
 };
 
 /// Names of an operator.
@@ -70,16 +69,15 @@ where
 pub struct Toolkit {
     /// The Kubernetes client.
     pub client: Client,
-    /// Event publisher reporting as the operator.
-    pub events: Events,
-    /// Process metrics.
-    pub metrics: Metrics,
     /// The operator's names (its `name` is the field manager).
     pub operator: Operator,
-    /// What is watched; nothing outside may be touched.
-    pub watch_namespaces: WatchNamespaces,
-    /// Status writes the cache has not shown yet ([`Toolkit::publish_status`]).
+    /// Status writes the cache has not shown yet ([`Toolkit::publish_status`]); toolkits
+    /// that share it skip each other's writes.
     pub status_writes: std::sync::Arc<StatusWrites>,
+    /// Event publisher reporting as the operator.
+    pub events: Events,
+    /// The process's metrics (`/metrics`).
+    pub(crate) metrics: Metrics,
 }
 
 impl Debug for Toolkit {
@@ -91,11 +89,28 @@ impl Debug for Toolkit {
 }
 
 impl Toolkit {
-    /// [`publish_status`] of `obj` through the API of its namespace, announcing with this
+    /// The toolkit of `operator` around `client` (the runner's, and a reconcile test's).
+    #[must_use]
+    pub fn new(client: Client, operator: Operator) -> Self {
+        Self {
+            events: Events::new(client.clone(), operator.name),
+            client,
+            operator,
+            status_writes: std::sync::Arc::default(),
+            metrics: Metrics::new(),
+        }
+    }
+
+    /// Adds per-object gauges of the operator's own to `/metrics`.
+    pub fn add_object_gauges(&self, source: std::sync::Arc<dyn ObjectGauges>) {
+        self.metrics.add_object_gauges(source);
+    }
+
+    /// `write_status` of `obj` through the API of its namespace, announcing with this
     /// operator's events: the tail of every reconcile.
     ///
     /// # Errors
-    /// As [`publish_status`].
+    /// As the status write.
     pub async fn publish_status<K>(
         &self,
         obj: &K,
@@ -121,7 +136,7 @@ impl Toolkit {
             tracing::debug!(object = %obj.name_any(), "status already written; the cache lags");
             return Ok(false);
         }
-        let after = publish_status(&api, &self.events, obj, new, announced).await?;
+        let after = write_status(&api, &self.events, obj, new, announced).await?;
         if let Some(after) = &after
             && let Some((uid, version)) = seen
             && let Some(hash) = status_hash(new)

@@ -8,7 +8,7 @@
 //! missing field and one someone else changed, and a tenant's own additions (a 1 MB label,
 //! an environment variable of its own) never reach the cache. What a cache keeps of one
 //! child is then bounded by what the operator applies, which its primary's schema bounds,
-//! whatever the object holds; [`MAX_KEPT_SPEC`] and [`MAX_KEPT_STATUS`] bound it again
+//! whatever the object holds; `MAX_KEPT_SPEC` and `MAX_KEPT_STATUS` bound it again
 //! whatever the object is.
 
 use std::sync::OnceLock;
@@ -17,15 +17,15 @@ use serde_json::{Map, Value};
 
 /// At most this many bytes of a child's `spec` (as JSON text) are kept; a larger projection
 /// is dropped, and the reconcile then sees the child as out of sync and applies it.
-pub const MAX_KEPT_SPEC: usize = 64 * 1024;
+pub(crate) const MAX_KEPT_SPEC: usize = 64 * 1024;
 
 /// At most this many bytes of a child's `status` (as JSON text) are kept; a larger one is
 /// dropped (a status the operator reads is a few hundred bytes).
-pub const MAX_KEPT_STATUS: usize = 16 * 1024;
+pub(crate) const MAX_KEPT_STATUS: usize = 16 * 1024;
 
 /// At most this many bytes of a child's labels, and as many of its annotations, are kept
 /// when the object carries no `managedFields` (objects an API server sends always do).
-pub const MAX_KEPT_PAIRS: usize = 16 * 1024;
+pub(crate) const MAX_KEPT_PAIRS: usize = 16 * 1024;
 
 /// At most this many finalizers of any cached object are kept (the first ones).
 pub const MAX_KEPT_FINALIZERS: usize = 16;
@@ -118,7 +118,7 @@ pub(crate) fn project(value: &Value, fields: &Value) -> Value {
 
 /// At most this many bytes (as JSON) of a scalar field of a child's `spec` that our field
 /// manager does not own are kept beside the projection (top-level scalars only).
-pub const MAX_KEPT_SCALAR: usize = 256;
+pub(crate) const MAX_KEPT_SCALAR: usize = 256;
 
 /// Adds to `kept` (a projection of `spec`) the top-level scalar fields of `spec` it lacks,
 /// each of at most [`MAX_KEPT_SCALAR`] bytes: fields the API server sets and a reconcile

@@ -20,8 +20,9 @@ use kube::{Client, client::Body, core::Status};
 use serde_json::Value;
 
 use shared::{
-    Metrics, Scope, WatchNamespaces, events::Events, namespaces::ScopedStores, run::Operator,
-    run::Toolkit, slim::Slim,
+    Operator, Toolkit,
+    namespaces::{Scope, ScopedStores},
+    slim::Slim,
 };
 
 /// What the scripted API server answers to one request.
@@ -174,14 +175,7 @@ pub fn stored<K: kube::Resource>(mut obj: K, generation: i64) -> K {
 /// The toolkit a reconcile gets, around `client`, for `operator`, watching everything.
 #[must_use]
 pub fn toolkit(client: Client, operator: Operator) -> Toolkit {
-    Toolkit {
-        events: Events::new(client.clone(), operator.name),
-        client,
-        metrics: Metrics::new(),
-        operator,
-        watch_namespaces: WatchNamespaces::All,
-        status_writes: std::sync::Arc::default(),
-    }
+    Toolkit::new(client, operator)
 }
 
 /// Fills `stores` with `objects` as a watch of all namespaces would have cached them

@@ -48,12 +48,12 @@ use tokio::time::Instant;
 
 use super::{
     LeaderConfig, LeaderElectionMode,
-    keep::{Check, Keep, Pace},
+    renewal::{Check, Keep, Pace},
 };
 
 /// operator-sdk's leader-for-life lock: a ConfigMap owned by the leader's Pod.
 #[derive(Debug)]
-pub struct ForLifeLock {
+pub(crate) struct ForLifeLock {
     config_maps: Api<ConfigMap>,
     pods: Api<Pod>,
     nodes: Api<Node>,

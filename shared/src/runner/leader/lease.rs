@@ -11,14 +11,13 @@ use kube::{Api, Client, api::PostParams};
 use tokio::time::Instant;
 
 use super::{
-    JITTER_FACTOR, LeaderConfig, jitter,
-    keep::{Check, Keep, NOT_RENEWED},
-    lease_duration_seconds, micro_time, random_unit,
+    JITTER_FACTOR, LeaderConfig, jitter, lease_duration_seconds, micro_time, random_unit,
+    renewal::{Check, Keep, NOT_RENEWED},
 };
 
 /// The Lease lock (client-go's `LeaseLock` + `LeaderElector`).
 #[derive(Debug)]
-pub struct LeaseLock {
+pub(crate) struct LeaseLock {
     api: Api<Lease>,
     config: LeaderConfig,
     /// The lease spec last seen and when it was first seen unchanged.

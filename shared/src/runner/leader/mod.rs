@@ -42,9 +42,9 @@
 //! decide and perform the write the decision names.
 
 mod for_life;
-mod keep;
 mod lease;
-mod runtime;
+mod renewal;
+mod thread;
 
 use std::{
     hash::{BuildHasher, Hasher},
@@ -56,15 +56,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use tokio::{runtime::Handle, sync::oneshot, task::JoinHandle, time::Instant};
 
-pub use for_life::ForLifeLock;
-pub use lease::LeaseLock;
+pub(super) use for_life::ForLifeLock;
+pub(super) use lease::LeaseLock;
 
-use keep::{Keep, Pace};
-use runtime::ElectionRuntime;
+use renewal::{Keep, Pace};
+use thread::ElectionRuntime;
 
 /// How leadership is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LeaderElectionMode {
+pub(super) enum LeaderElectionMode {
     /// A `coordination.k8s.io/v1` Lease, renewed while leading (controller-runtime's way).
     Lease,
     /// operator-sdk's leader-for-life: a ConfigMap owned by the operator's own Pod
@@ -74,7 +74,7 @@ pub enum LeaderElectionMode {
 
 /// Timing and identity of an election.
 #[derive(Debug, Clone)]
-pub struct LeaderConfig {
+pub(super) struct LeaderConfig {
     /// Name of the Lease (`--leader-election-id`).
     pub lease_name: String,
     /// Namespace of the Lease.
@@ -92,14 +92,14 @@ pub struct LeaderConfig {
 /// client-go's `JitterFactor`: a candidate waits between `retry_period` and
 /// `retry_period * (1 + JITTER_FACTOR)` before its next attempt, so candidates that started
 /// together do not keep hitting the API server in lockstep.
-pub const JITTER_FACTOR: f64 = 1.2;
+pub(super) const JITTER_FACTOR: f64 = 1.2;
 
 /// Checks the election timing as client-go's `NewLeaderElector` does: every duration is
 /// positive, `lease_duration > renew_deadline > retry_period * JITTER_FACTOR`.
 ///
 /// # Errors
 /// A message naming the offending command-line flag(s).
-pub fn validate_timing(
+pub(super) fn validate_timing(
     lease_duration: Duration,
     renew_deadline: Duration,
     retry_period: Duration,
@@ -131,7 +131,7 @@ pub fn validate_timing(
 /// `base` stretched by `unit * factor * base` (client-go's `wait.Jitter`); `unit` is a
 /// random number in `[0, 1)` (clamped), passed in so the arithmetic is testable.
 #[must_use]
-pub fn jitter(base: Duration, factor: f64, unit: f64) -> Duration {
+pub(super) fn jitter(base: Duration, factor: f64, unit: f64) -> Duration {
     let extra = base.as_secs_f64() * factor * unit.clamp(0.0, 1.0);
     base.saturating_add(Duration::try_from_secs_f64(extra).unwrap_or(Duration::ZERO))
 }
@@ -161,7 +161,7 @@ fn random_unit() -> f64 {
 /// Rounds `d` up to whole seconds, at least 1: the Lease's `leaseDurationSeconds` is an
 /// integer, and rounding down would let a candidate take over before the leader's deadline.
 #[must_use]
-pub fn lease_duration_seconds(d: Duration) -> i32 {
+pub(super) fn lease_duration_seconds(d: Duration) -> i32 {
     let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
     i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
 }
@@ -169,14 +169,14 @@ pub fn lease_duration_seconds(d: Duration) -> i32 {
 /// `t` truncated to the microsecond precision a `MicroTime` is stored with, so the spec
 /// this replica writes equals the spec the API server hands back.
 #[must_use]
-pub fn micro_time(t: jiff::Timestamp) -> MicroTime {
+pub(super) fn micro_time(t: jiff::Timestamp) -> MicroTime {
     let micros = t.as_microsecond();
     MicroTime(jiff::Timestamp::from_microsecond(micros).unwrap_or(t))
 }
 
 /// A unique identity: `$POD_NAME`/`$HOSTNAME` plus a random suffix (as controller-runtime does).
 #[must_use]
-pub fn default_identity() -> String {
+pub(super) fn default_identity() -> String {
     let host = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "operator".to_owned());
@@ -187,7 +187,7 @@ pub fn default_identity() -> String {
 
 /// A candidate for leadership. Everything it does runs on the election's own thread
 /// (`runtime.rs`); the futures it returns may be awaited on any runtime.
-pub struct Elector {
+pub(super) struct Elector {
     runtime: Arc<ElectionRuntime>,
     client: Client,
     mode: LeaderElectionMode,
@@ -223,7 +223,7 @@ impl Elector {
     ///
     /// # Errors
     /// What `client` returns.
-    pub fn start<E>(
+    pub(super) fn start<E>(
         mode: LeaderElectionMode,
         config: LeaderConfig,
         client: impl FnOnce() -> Result<Client, E>,
@@ -254,7 +254,7 @@ impl Elector {
 
     /// Waits until this replica leads. Errors talking to the API are logged and retried.
     /// Cancel-safe: dropping the future stops the attempts.
-    pub async fn acquire(&mut self) {
+    pub(super) async fn acquire(&mut self) {
         loop {
             let mut lock = match self.won.take() {
                 Some((lock, _)) => lock,
@@ -285,15 +285,15 @@ impl Elector {
     /// thread) until released or lost. Without a won [`Elector::acquire`] the leadership
     /// is lost at once.
     #[must_use]
-    pub fn keep_leading(mut self) -> Leadership {
+    pub(super) fn keep_leading(mut self) -> Leadership {
         let pace = Pace::of(self.mode, &self.config);
         let handle = self.runtime.handle().clone();
         let mut leadership = match self.won.take() {
             Some((Lock::Lease(lock), since)) => {
-                Leadership::spawn(&handle, *lock, pace, since, keep::exit_process)
+                Leadership::spawn(&handle, *lock, pace, since, renewal::exit_process)
             }
             Some((Lock::ForLife(lock), since)) => {
-                Leadership::spawn(&handle, *lock, pace, since, keep::exit_process)
+                Leadership::spawn(&handle, *lock, pace, since, renewal::exit_process)
             }
             None => Leadership::spawn(&handle, NeverWon, pace, Instant::now(), |_| {}),
         };
@@ -321,8 +321,8 @@ impl<T> Drop for AbortOnDrop<T> {
 struct NeverWon;
 
 impl Keep for NeverWon {
-    async fn check(&mut self, _last_held: Instant) -> keep::Check {
-        keep::Check::Lost("leadership was never acquired".to_owned())
+    async fn check(&mut self, _last_held: Instant) -> renewal::Check {
+        renewal::Check::Lost("leadership was never acquired".to_owned())
     }
 
     async fn release(&mut self) {}
@@ -332,7 +332,7 @@ impl Keep for NeverWon {
 /// on shutdown. Dropping it tells the task keeping the leadership that the replica stopped
 /// leading (see [`Leadership::lost`]).
 #[derive(Debug)]
-pub struct Leadership {
+pub(super) struct Leadership {
     /// `None` once a loss was reported.
     lost: Option<oneshot::Receiver<String>>,
     /// Sent (release) or dropped (the replica stopped leading): the task ends.
@@ -345,7 +345,7 @@ pub struct Leadership {
 
 /// The reason [`Leadership::lost`] gives when the task keeping the leadership ended
 /// without reporting (it panicked, or its runtime went away).
-pub const TASK_ENDED: &str = "the task keeping the leadership ended unexpectedly";
+pub(super) const TASK_ENDED: &str = "the task keeping the leadership ended unexpectedly";
 
 impl Leadership {
     /// Keeps `lock` from `since` (when the request that won it was sent) in a task on
@@ -359,7 +359,7 @@ impl Leadership {
     ) -> Self {
         let (lost_tx, lost) = oneshot::channel();
         let (stop, stop_rx) = oneshot::channel::<()>();
-        let task = handle.spawn(keep::keep(lock, pace, since, stop_rx, lost_tx, fence));
+        let task = handle.spawn(renewal::keep(lock, pace, since, stop_rx, lost_tx, fence));
         Leadership {
             lost: Some(lost),
             stop,
@@ -374,7 +374,7 @@ impl Leadership {
     /// caller must stop reconciling at once and then drop this value (or release it): the
     /// process exits when that does not happen within the grace `keep.rs` describes.
     /// Resolves once; pending afterwards.
-    pub async fn lost(&mut self) -> String {
+    pub(super) async fn lost(&mut self) -> String {
         let Some(lost) = self.lost.as_mut() else {
             return std::future::pending().await;
         };
@@ -387,7 +387,7 @@ impl Leadership {
     }
 
     /// Stops renewing and hands the lease back so a successor can take over at once.
-    pub async fn release(self) {
+    pub(super) async fn release(self) {
         let Leadership {
             stop,
             task,

@@ -79,7 +79,7 @@ where
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::metrics::Metrics;
+    use crate::runner::metrics::Metrics;
 
     #[tokio::test]
     async fn the_client_layer_counts_requests_by_code_method_and_host() {

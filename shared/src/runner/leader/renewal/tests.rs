@@ -10,7 +10,7 @@ use std::{
 use tokio::runtime::Handle;
 
 use super::*;
-use crate::leader::{Leadership, TASK_ENDED};
+use crate::runner::leader::{Leadership, TASK_ENDED};
 
 const SECOND: Duration = Duration::from_secs(1);
 
