@@ -14,9 +14,11 @@
 //! read the list.
 //!
 //! The scaffolded operator is small but real: each object of its kind keeps a ConfigMap
-//! of the same name with the object's entries (server-side applied under the operator's
-//! field manager, with a controller owner reference, never taking over someone else's
-//! ConfigMap), and its status carries `observedGeneration` and a `Ready` condition.
+//! of the same name with the object's entries, written through the kit
+//! (`shared::children`: server-side applied under the operator's field manager, with a
+//! controller owner reference, only when it drifted, never taking over someone else's
+//! ConfigMap); what the kit met becomes the `Ready` condition, and the status (with
+//! `observedGeneration`) is published through the runner's `Toolkit`.
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -65,24 +67,35 @@ const MAX_NAME: usize = 63 - "-operator-system".len();
 
 /// Type names the scaffolded code imports or defines besides the kind's own: a kind of
 /// one of these names would not compile.
-const RESERVED_KINDS: [&str; 17] = [
+const RESERVED_KINDS: [&str; 28] = [
     "Action",
     "Announce",
-    "Api",
-    "Claim",
+    "Arc",
+    "BTreeMap",
+    "Children",
     "Condition",
     "ConfigMap",
     "Conditions",
     "Context",
     "Controller",
+    "CustomResource",
+    "Deserialize",
     "Error",
+    "HasConditions",
+    "JsonSchema",
+    "KubeSchema",
     "ObjectMeta",
     "OwnerReference",
     "Problem",
+    "Reply",
     "Resource",
+    "ResourceExt",
     "Scope",
+    "Scripted",
+    "Serialize",
+    "Slim",
+    "Time",
     "Toolkit",
-    "Written",
 ];
 
 /// Every template: where it is written (with placeholders) and its text.
@@ -557,8 +570,9 @@ pub fn run(args: &NewArgs) -> Result<()> {
     say!(
         "new: {operator} is ready:\n  cargo test -p {operator}\n  cargo xtask run {operator}\n  \
          kubectl apply -k deploy/{operator}/samples\n\
-         Then replace its ConfigMap with the children your kind needs (src/desired.rs, \
-         src/reconcile.rs, src/status.rs) and the RBAC of deploy/{operator}/ to match."
+         Then replace its ConfigMap with the children your kind needs (built in \
+         src/desired.rs, handed to the kit in src/reconcile.rs, described in src/status.rs; \
+         see docs/adding-an-operator.md) and the RBAC of deploy/{operator}/ to match."
     );
     Ok(())
 }
