@@ -126,9 +126,10 @@ impl Times {
     }
 }
 
-/// Round trips in one round of [`probe`]: as many as a new object's reconcile waits for
-/// (the watch event, its children, its status).
-const PROBE_WRITES: usize = 4;
+/// Round trips in one round of [`probe`]: as many as the longest of `b`'s reconciles waits
+/// for in a row (a new Memcached: its watch event, the finalizer, a read and a write of
+/// each of its two children, its status).
+const PROBE_WRITES: usize = 7;
 
 /// A client acting as the ServiceAccount `e2e-probe` of `ns`, bound to `edit` there: the API
 /// server classifies its requests as it does the operators' (Priority and Fairness's
