@@ -353,7 +353,7 @@ impl Scope {
     /// (all of them, since kube's runner waits for the primary store before it reconciles
     /// anything), and kube's scheduler keeps the room they took. The list's end bumps
     /// [`Scope::lists`] instead, and the runner then reconciles every primary object of
-    /// the scope a bounded number at a time (`shared::run`).
+    /// the scope a bounded number at a time (`shared::runner`).
     pub fn reflect<K>(
         &self,
         wc: watcher::Config,

@@ -1,5 +1,5 @@
 //! The PulsarConsumer's own gauges on `/metrics`, beside the controller's
-//! (`shared::metrics`): per object, what its status says (the backlog, the consumers the
+//! (`shared::ObjectGauges`): per object, what its status says (the backlog, the consumers the
 //! autoscaler wants, those ready), read from the operator's cache at each scrape, so a
 //! dashboard can plot them and a deleted object's series goes with it.
 //!

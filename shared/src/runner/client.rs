@@ -124,7 +124,7 @@ fn multiplexed(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::
         .build(connector);
     // Every request in a `DEBUG` span `HTTP` (`http.method`, `http.url`,
     // `http.status_code`) with one `requesting` event in it, as kube's own transport logs
-    // them: `RUST_LOG` with `shared::client=debug` gives one log line per request (the
+    // them: `RUST_LOG` with `shared::runner::client=debug` gives one log line per request (the
     // tests and the bench count an operator's requests from them; xtask's `requests`).
     let request_log = tower_http::trace::TraceLayer::new_for_http()
         .make_span_with(|request: &http::Request<kube::client::Body>| {

@@ -7,7 +7,7 @@
 //! Two users: the reconcile slots (`--max-concurrent-reconciles`; kube's own queue hands
 //! ready objects to its slots first come, first served, so it runs with no limit of its
 //! own and every reconcile takes its slot here), and the client's token bucket
-//! (`shared::rate_limit`), whose tokens go to namespaces in turn.
+//! (`shared::runner::rate_limit`), whose tokens go to namespaces in turn.
 
 use std::{
     collections::{HashMap, VecDeque},

@@ -6,7 +6,7 @@
 //! cluster runs without an audit log, and other tests share the cluster. So
 //! the operator reports its own requests: its client wraps every HTTP request
 //! in a `DEBUG` span (`http.method`, `http.url`) and logs `requesting` inside
-//! it (target `shared::client`; `kube_client::client::builder` where kube's own
+//! it (target `shared::runner::client`; `kube_client::client::builder` where kube's own
 //! transport is used, through a proxy or with an `exec` plugin). The bench
 //! enables just those targets, and reads one JSON log line per request.
 //! Retries and watch re-connects each count as a request, as the API server
@@ -16,7 +16,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The `RUST_LOG` that adds one line per API request to the usual `info`.
-pub const RUST_LOG: &str = "info,shared::client=debug,kube_client::client::builder=debug";
+pub const RUST_LOG: &str = "info,shared::runner::client=debug,kube_client::client::builder=debug";
 
 /// One API request: the Kubernetes verb and the resource (`pods`,
 /// `podsets/status`, `events`...).

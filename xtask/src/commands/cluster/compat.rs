@@ -378,7 +378,7 @@ mod tests {
         let short = ["podset", "memcached", "lolcow", "pulsar_consumer"];
         for (point, tests) in SUBSET {
             if point.starts_with("leader election") || point.starts_with("the caches fill") {
-                // Shared code (`shared::leader`, `shared::namespaces`), the same in all four.
+                // Shared code (`shared::runner::leader`, `shared::namespaces`), the same in all four.
                 continue;
             }
             for op in short {
