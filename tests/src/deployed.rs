@@ -44,6 +44,10 @@ pub fn xtask(args: &[&str]) -> Result<String> {
     Ok(stdout)
 }
 
+/// How long a rollout of an operator may take (release builds and image pulls take a
+/// while the first time).
+pub const ROLLOUT: std::time::Duration = std::time::Duration::from_secs(240);
+
 /// An operator rolled out from its image; undeployed (its objects first) when dropped.
 pub struct Deployed {
     /// The operator, e.g. `podset-operator`.
@@ -74,6 +78,25 @@ impl Deployed {
     /// The namespace it runs in.
     pub fn namespace(&self) -> String {
         format!("{}-system", self.operator)
+    }
+
+    /// Sets environment variables (`NAME=value`) on its Deployment and waits for the
+    /// rollout that follows.
+    pub fn set_env(&self, vars: &[String]) -> Result<()> {
+        let system = self.namespace();
+        let target = format!("deployment/{}", self.operator);
+        let mut args = vec!["set", "env", "-n", &system, &target];
+        args.extend(vars.iter().map(String::as_str));
+        crate::kubectl_ok(args)?;
+        crate::kubectl_ok([
+            "rollout",
+            "status",
+            "-n",
+            &system,
+            &target,
+            &format!("--timeout={}s", ROLLOUT.as_secs()),
+        ])?;
+        Ok(())
     }
 
     /// Its pods (not being deleted).

@@ -12,6 +12,7 @@ pub mod dns;
 pub mod events;
 pub mod kinds;
 pub mod manifests;
+pub mod observability;
 pub mod operator;
 pub mod proxy;
 pub mod pulsar;

@@ -80,6 +80,28 @@ pub async fn restart_broker(_guard: &RwLockWriteGuard<'static, ()>) -> Result<St
     xtask_pulsar("restart").await
 }
 
+/// The addresses of the shared broker's Service `pulsar/pulsar-broker` (headless: its
+/// name resolves to them), comma-separated as `PULSAR_ADMIN_ALLOWED_CIDRS` takes them:
+/// an administrator grants an operator a broker every tenant shares by listing them.
+pub async fn broker_addresses(client: &kube::Client) -> Result<String> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, ListParams};
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "pulsar");
+    let addresses: std::collections::BTreeSet<String> = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=pulsar-broker"))
+        .await?
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .flat_map(|e| e.addresses.iter().cloned())
+        .collect();
+    anyhow::ensure!(
+        !addresses.is_empty(),
+        "no address of the Service pulsar/pulsar-broker"
+    );
+    Ok(addresses.into_iter().collect::<Vec<_>>().join(","))
+}
+
 /// The port of a `pulsar://host:port` URL.
 pub fn broker_port(service_url: &str) -> Result<u16> {
     service_url

@@ -201,3 +201,33 @@ pub fn grant_lock(operator: &str, lock: &str, namespaces: &[String]) -> Result<L
         .with_context(|| format!("granting the lock {lock} to {operator}"))?;
     Ok(grant)
 }
+
+/// A ClusterRoleBinding made by a test; deleted when dropped (namespaces are cleaned up
+/// by [`TestNamespace`], cluster-scoped objects are not).
+pub struct ClusterRoleBinding(String);
+
+impl ClusterRoleBinding {
+    /// Binds ServiceAccount `namespace/sa` to ClusterRole `role`.
+    pub fn create(role: &str, namespace: &str, sa: &str) -> Result<Self> {
+        let name = format!("e2e-{namespace}-{sa}");
+        crate::kubectl_ok([
+            "create",
+            "clusterrolebinding",
+            &name,
+            &format!("--clusterrole={role}"),
+            &format!("--serviceaccount={namespace}:{sa}"),
+        ])?;
+        Ok(Self(name))
+    }
+}
+
+impl Drop for ClusterRoleBinding {
+    fn drop(&mut self) {
+        let _ = kubectl_runner().succeeds([
+            "delete",
+            "clusterrolebinding",
+            &self.0,
+            "--ignore-not-found",
+        ]);
+    }
+}

@@ -11,21 +11,21 @@
 //! run as root; without it they report themselves skipped.
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::deployed::{Deployed, NO_REAL_NODE, REAL_NODE, container_processes, has_real_node, pods};
+use e2e::deployed::{
+    Deployed, NO_REAL_NODE, REAL_NODE, ROLLOUT, container_processes, has_real_node, pods,
+};
 use e2e::kinds::{self, free_node_port};
 use e2e::pulsar::{self, expected_payloads, payload_counts, unique_topic};
 use e2e::{TestNamespace, create_from_json, kubectl_ok, poll};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use lolcow_operator::api::Lolcow;
 use podset_operator::api::PodSet;
 use pulsar_consumer_operator::api::PulsarConsumer;
 use serde_json::json;
-use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -33,9 +33,6 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Release builds and image pulls take a while the first time.
-const ROLLOUT: Duration = Duration::from_secs(240);
 
 /// The container of `pod` really runs here: as `uid`, on a read-only root
 /// filesystem.
@@ -788,39 +785,8 @@ async fn pulsar_consumer_operator_image_consumes_from_the_real_broker() -> Resul
 /// is headless, so its name resolves to its endpoints' addresses: those are listed (set on
 /// the operator's Deployment, its rollout waited for).
 async fn grant_the_broker(client: &kube::Client, deployed: &Deployed) -> Result<()> {
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "pulsar");
-    let addresses: BTreeSet<String> = slices
-        .list(&ListParams::default().labels("kubernetes.io/service-name=pulsar-broker"))
-        .await?
-        .items
-        .iter()
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .flat_map(|e| e.addresses.iter().cloned())
-        .collect();
-    ensure!(
-        !addresses.is_empty(),
-        "no address of the Service pulsar/pulsar-broker"
-    );
-    let system = deployed.namespace();
-    let target = format!("deployment/{}", deployed.operator);
-    let cidrs = addresses.into_iter().collect::<Vec<_>>().join(",");
-    kubectl_ok([
-        "set",
-        "env",
-        "-n",
-        &system,
-        &target,
-        &format!("PULSAR_ADMIN_ALLOWED_CIDRS={cidrs}"),
-    ])?;
-    kubectl_ok([
-        "rollout",
-        "status",
-        "-n",
-        &system,
-        &target,
-        &format!("--timeout={}s", ROLLOUT.as_secs()),
-    ])?;
-    Ok(())
+    let cidrs = pulsar::broker_addresses(client).await?;
+    deployed.set_env(&[format!("PULSAR_ADMIN_ALLOWED_CIDRS={cidrs}")])
 }
 
 /// Follows the log of every consumer pod of a PulsarConsumer from the moment its

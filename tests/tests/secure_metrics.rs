@@ -9,43 +9,12 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::operator::{OperatorOptions, OperatorProcess, http_get, install};
-use e2e::{
-    TIMEOUT, TestNamespace, can_i, kubectl_ok, kubectl_runner, poll, target_dir, unique_suffix,
-};
+use e2e::rbac::ClusterRoleBinding;
+use e2e::{TIMEOUT, TestNamespace, can_i, kubectl_ok, poll, target_dir, unique_suffix};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const OPERATOR: &str = "podset-operator";
-
-/// A ClusterRoleBinding made by a test; deleted when dropped (namespaces are cleaned up
-/// by [`TestNamespace`], cluster-scoped objects are not).
-struct ClusterRoleBinding(String);
-
-impl ClusterRoleBinding {
-    /// Binds ServiceAccount `namespace/sa` to ClusterRole `role`.
-    fn create(role: &str, namespace: &str, sa: &str) -> Result<Self> {
-        let name = format!("e2e-{namespace}-{sa}");
-        kubectl_ok([
-            "create",
-            "clusterrolebinding",
-            &name,
-            &format!("--clusterrole={role}"),
-            &format!("--serviceaccount={namespace}:{sa}"),
-        ])?;
-        Ok(Self(name))
-    }
-}
-
-impl Drop for ClusterRoleBinding {
-    fn drop(&mut self) {
-        let _ = kubectl_runner().succeeds([
-            "delete",
-            "clusterrolebinding",
-            &self.0,
-            "--ignore-not-found",
-        ]);
-    }
-}
 
 /// How curl checks the server's certificate.
 #[derive(Clone, Copy)]

@@ -22,6 +22,7 @@ pub const ACTIONLINT: Component = Component {
     module: "github.com/rhysd/actionlint",
     packages: &["github.com/rhysd/actionlint/cmd/actionlint"],
     binaries: &["actionlint"],
+    tags: &[],
 };
 
 /// Lints every workflow under `.github/workflows/`.

@@ -41,6 +41,7 @@ pub const KUBE_SCORE: Component = Component {
     module: "github.com/zegl/kube-score",
     packages: &["github.com/zegl/kube-score/cmd/kube-score"],
     binaries: &["kube-score"],
+    tags: &[],
 };
 
 /// kube-score's annotation naming the checks it skips on an object.

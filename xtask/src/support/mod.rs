@@ -17,5 +17,6 @@ pub mod operators;
 pub mod paths;
 pub mod process_group;
 pub mod promql;
+pub mod service_monitor;
 pub mod simulated;
 pub mod workspace_version;

@@ -170,6 +170,8 @@ impl Kubernetes {
             module_dir: self.module_dir.clone(),
             packages: KUBERNETES.packages,
             binaries: KUBERNETES.binaries,
+            tags: KUBERNETES.tags,
+            nice: false,
             bin_dir,
         }
         .run()

@@ -53,8 +53,9 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// annotated with `xtask::support::simulated::NAMESPACE_ANNOTATIONS` tolerate it).
 pub const KWOK_TAINT: &str = xtask::support::simulated::TAINT_KEY;
 /// Ports of services on this machine that pods reach on [`NODE_IP`]: the
-/// Pulsar broker's binary protocol and admin API.
-const HOST_PORTS: &str = "6650, 18080";
+/// Pulsar broker's binary protocol and admin API, and the OTLP/HTTP receiver of the
+/// Jaeger the end-to-end tests start (the operators' traces).
+const HOST_PORTS: &str = "6650, 18080, 4318";
 /// Our nftables table.
 const NFT_TABLE: &str = "rust_operators_node";
 

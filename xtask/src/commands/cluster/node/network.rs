@@ -22,7 +22,8 @@ table ip {NFT_TABLE} {{
     }}
     # Services of this machine that pods use, on the bridge address: the
     # Pulsar broker of `cargo xtask pulsar up` (binary and admin ports), which
-    # listens on 127.0.0.1 and advertises the bridge address. The same from
+    # listens on 127.0.0.1 and advertises the bridge address, and the OTLP/HTTP
+    # receiver of the tests' Jaeger (127.0.0.1:4318). The same from
     # the host itself, so both follow the broker's lookup answers.
     chain pods_to_host {{
         type nat hook prerouting priority -110; policy accept;
@@ -100,6 +101,12 @@ fn cluster_objects() -> String {
         &[("pulsar", 6650, "TCP"), ("http", 18080, "TCP")],
         None,
     );
+    let jaeger_endpoints = bridge_endpoints(
+        "jaeger-collector",
+        "observability",
+        &[("otlp-http", 4318, "TCP")],
+        None,
+    );
     format!(
         "apiVersion: v1
 kind: Service
@@ -136,6 +143,25 @@ spec:
   - {{name: http, port: 18080, protocol: TCP}}
 ---
 {pulsar_endpoints}---
+# The OTLP/HTTP receiver of the Jaeger that the end-to-end tests start on this
+# machine (127.0.0.1:4318), as pods address it:
+# OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger-collector.observability:4318
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: observability
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: jaeger-collector
+  namespace: observability
+spec:
+  clusterIP: None
+  ports:
+  - {{name: otlp-http, port: 4318, protocol: TCP}}
+---
+{jaeger_endpoints}---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
