@@ -102,8 +102,32 @@ impl Operator {
             Command::Crd => return self.print_crd::<K>(),
             Command::Run => cli.run,
         };
+        let telemetry =
+            crate::runner::telemetry::init(&args, self.name).map_err(Error::InvalidFlag)?;
+        let result = self
+            .serve(args, image_env, make_context, build, reconcile)
+            .await;
+        // The last spans are sent (within a bound) however the run ended.
+        telemetry.shutdown().await;
+        result
+    }
+
+    /// [`Operator::run`]'s `run` subcommand, once logging (and tracing) is set up.
+    async fn serve<K, Ctx, E, Fut>(
+        self,
+        args: RunArgs,
+        image_env: &str,
+        make_context: impl FnOnce(Toolkit, Option<String>) -> Ctx,
+        build: impl Fn(&Scope, &Ctx) -> Controller<K>,
+        reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
+    ) -> Result<(), Error>
+    where
+        K: Watched + CustomResourceExt,
+        Ctx: Pacing<K> + Send + Sync + 'static,
+        E: ReconcileError,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
         let image = std::env::var(image_env).ok();
-        crate::runner::telemetry::init(&args);
         tracing::info!(operator = self.name, watch_namespace = %args.watch_namespace, "starting");
         // Every child is applied under the operator's name: the caches keep its fields.
         crate::slim::projection::set_field_manager(self.name);

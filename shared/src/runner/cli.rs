@@ -227,6 +227,18 @@ pub(super) struct RunArgs {
     /// `rfc3339` or `rfc3339nano` (default: RFC 3339 with microseconds).
     #[arg(long, global = true, value_parser = parse_time_encoding, value_name = "ENCODING")]
     pub zap_time_encoding: Option<TimeEncoding>,
+
+    /// Export traces to this OpenTelemetry collector: the base URL of its OTLP/HTTP
+    /// receiver (`http://otel-collector:4318`; `/v1/traces` is appended). Traces are off
+    /// when neither this nor `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set; the SDKs' other
+    /// `OTEL_*` variables apply (`OTEL_SERVICE_NAME`, `OTEL_TRACES_SAMPLER`, ...).
+    #[arg(
+        long,
+        global = true,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        value_name = "URL"
+    )]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// How log lines carry their timestamp (zap's `--zap-time-encoding`).
@@ -862,5 +874,20 @@ mod tests {
         ] {
             assert_eq!(TimeEncoding::format(enc, t), want, "{enc:?}");
         }
+    }
+
+    #[test]
+    fn the_otlp_endpoint_is_a_flag_too() {
+        let a = parse(&[
+            "--otlp-endpoint",
+            "http://jaeger-collector.observability:4318",
+        ])
+        .run;
+        assert_eq!(
+            a.otlp_endpoint.as_deref(),
+            Some("http://jaeger-collector.observability:4318")
+        );
+        let a = parse(&["run", "--otlp-endpoint=http://c:4318"]).run;
+        assert_eq!(a.otlp_endpoint.as_deref(), Some("http://c:4318"));
     }
 }

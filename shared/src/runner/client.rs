@@ -122,19 +122,13 @@ fn multiplexed(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::
         .http2_keep_alive_timeout(PING_TIMEOUT)
         .http2_keep_alive_while_idle(true)
         .build(connector);
-    // Every request in a `DEBUG` span `HTTP` (`http.method`, `http.url`,
-    // `http.status_code`) with one `requesting` event in it, as kube's own transport logs
-    // them: `RUST_LOG` with `shared::runner::client=debug` gives one log line per request (the
-    // tests and the bench count an operator's requests from them; xtask's `requests`).
+    // Every request in a `DEBUG` span `HTTP` ([`request_span`]) with one `requesting` event
+    // in it, as kube's own transport logs them: `RUST_LOG` with
+    // `shared::runner::client=debug` gives one log line per request (the tests and the
+    // bench count an operator's requests from them; xtask's `requests`). Traces export the
+    // span whatever the log level, as a child of the reconcile that made the request.
     let request_log = tower_http::trace::TraceLayer::new_for_http()
-        .make_span_with(|request: &http::Request<kube::client::Body>| {
-            tracing::debug_span!(
-                "HTTP",
-                http.method = %request.method(),
-                http.url = %request.uri(),
-                http.status_code = tracing::field::Empty,
-            )
-        })
+        .make_span_with(request_span::<kube::client::Body>)
         .on_request(|_: &http::Request<kube::client::Body>, _: &tracing::Span| {
             tracing::debug!("requesting");
         })
@@ -143,6 +137,9 @@ fn multiplexed(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::
              _: Duration,
              span: &tracing::Span| {
                 span.record("http.status_code", response.status().as_u16());
+                if response.status().is_client_error() || response.status().is_server_error() {
+                    span.record("otel.status_code", "error");
+                }
             },
         )
         .on_body_chunk(())
@@ -150,7 +147,8 @@ fn multiplexed(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::
         .on_failure(
             |failure: tower_http::classify::ServerErrorsFailureClass,
              _: Duration,
-             _: &tracing::Span| {
+             span: &tracing::Span| {
+                span.record("otel.status_code", "error");
                 tracing::debug!(%failure, "no answer, or a server error");
             },
         );
@@ -165,6 +163,65 @@ fn multiplexed(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::
         BoxService::new(service),
         config.default_namespace.clone(),
     ))
+}
+
+/// The `DEBUG` span `HTTP` of one API request: `http.method`, `http.url` (the path and
+/// query: the API server's address is the same for every request), `http.status_code`
+/// when the answer comes; for traces `otel.name` (`GET pods`, `PATCH podsets/status`),
+/// `otel.kind` (`client`) and `otel.status_code` (`error` on a 4xx or 5xx, or no answer).
+pub(super) fn request_span<B>(request: &http::Request<B>) -> tracing::Span {
+    let uri = request.uri();
+    tracing::debug_span!(
+        "HTTP",
+        http.method = %request.method(),
+        http.url = uri.path_and_query().map_or(uri.path(), http::uri::PathAndQuery::as_str),
+        http.status_code = tracing::field::Empty,
+        otel.name = %format_args!("{} {}", request.method(), resource_of(uri.path())),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+    )
+}
+
+/// The resource (and subresource) an API path names: `pods` for
+/// `/api/v1/namespaces/a/pods/b`, `podsets/status` for
+/// `/apis/batch.tutorial.kubebuilder.io/v1/namespaces/a/podsets/b/status`, `namespaces`
+/// for `/api/v1/namespaces/a`; any other path as it is.
+fn resource_of(path: &str) -> ApiResource<'_> {
+    let rest = if let Some(rest) = path.strip_prefix("/api/") {
+        rest.split_once('/').map(|(_version, rest)| rest)
+    } else if let Some(rest) = path.strip_prefix("/apis/") {
+        rest.splitn(3, '/').nth(2)
+    } else {
+        None
+    };
+    let Some(mut rest) = rest.map(|r| r.trim_end_matches('/')) else {
+        return ApiResource(path, None);
+    };
+    // `namespaces/<ns>/<resource>...`, unless the namespace itself is the object.
+    if let Some(namespaced) = rest.strip_prefix("namespaces/") {
+        match namespaced.split_once('/') {
+            Some((_namespace, inner)) => rest = inner,
+            None => return ApiResource("namespaces", None),
+        }
+    }
+    // `<resource>[/<name>[/<subresource>]]`
+    let mut parts = rest.splitn(3, '/');
+    let resource = parts.next().unwrap_or_default();
+    let subresource = parts.nth(1).filter(|s| !s.is_empty());
+    ApiResource(resource, subresource)
+}
+
+/// A resource and its subresource, shown as `pods` or `podsets/status`.
+struct ApiResource<'a>(&'a str, Option<&'a str>);
+
+impl std::fmt::Display for ApiResource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)?;
+        if let Some(subresource) = self.1 {
+            write!(f, "/{subresource}")?;
+        }
+        Ok(())
+    }
 }
 
 /// An answer with its body boxed, as kube's stack returns it.
@@ -183,6 +240,33 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
+
+    #[test]
+    fn a_request_span_is_named_by_its_method_and_resource() {
+        for (path, resource) in [
+            ("/api/v1/namespaces/a/pods", "pods"),
+            ("/api/v1/namespaces/a/pods/b", "pods"),
+            ("/api/v1/namespaces/a/pods/b/log", "pods/log"),
+            ("/api/v1/namespaces/a", "namespaces"),
+            ("/api/v1/namespaces", "namespaces"),
+            ("/api/v1/nodes/n/", "nodes"),
+            (
+                "/apis/batch.tutorial.kubebuilder.io/v1/namespaces/a/podsets/b/status",
+                "podsets/status",
+            ),
+            (
+                "/apis/coordination.k8s.io/v1/namespaces/a/leases/l",
+                "leases",
+            ),
+            (
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/x",
+                "customresourcedefinitions",
+            ),
+            ("/version", "/version"),
+        ] {
+            assert_eq!(resource_of(path).to_string(), resource, "{path}");
+        }
+    }
 
     /// Over HTTPS the client offers HTTP/2 (ALPN) as client-go does: a watch that stays
     /// open and the requests made while it runs share one connection.

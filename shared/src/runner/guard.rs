@@ -1,5 +1,6 @@
 //! What surrounds every reconcile: the wait for its scope's watches, the bounded
-//! debounce, metrics and a log span, panic recovery, and the per-object error backoff.
+//! debounce, metrics and a log (and trace) span, panic recovery, and the per-object
+//! error backoff.
 
 use std::{future::Future, sync::Arc, time::Instant};
 
@@ -69,7 +70,7 @@ impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
     {
         let controller = self.controller;
         let key = object_key(obj.as_ref());
-        let span = tracing::info_span!("reconcile", controller, object = %key);
+        let span = reconcile_span(controller, obj.as_ref(), &key);
         async move {
             let queued = self.metrics.queued(controller);
             // An error means the runner is shutting down; the reconcile then runs on
@@ -87,6 +88,7 @@ impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
                 .debounce
                 .check(&key, generation, now, || ctx.progress(obj.as_ref()))
             {
+                record_result(&tracing::Span::current(), "deferred");
                 return Ok(Action::requeue(wait));
             }
             let _slot = self
@@ -136,6 +138,7 @@ pub(crate) async fn guarded_reconcile<E>(
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "(no message)".to_owned());
             metrics.reconcile_panicked(controller);
+            record_result(&tracing::Span::current(), "error");
             metrics.reconciled(controller, ReconcileResult::Error, seconds);
             let wait = backoff.failed(key);
             tracing::error!(controller, object = %key, panic = %message, retry_in = ?wait, "reconcile panicked; recovered");
@@ -150,6 +153,14 @@ pub(crate) async fn guarded_reconcile<E>(
     if result.is_ok() {
         backoff.succeeded(key);
     }
+    record_result(
+        &tracing::Span::current(),
+        match result_label {
+            ReconcileResult::Success => "ok",
+            ReconcileResult::RequeueAfter => "requeue",
+            ReconcileResult::Error => "error",
+        },
+    );
     metrics.reconciled(controller, result_label, seconds);
     result
 }
@@ -180,6 +191,45 @@ pub(super) fn on_controller_result<K: Resource, Ctx, Fut, E: ReconcileError>(
             tracing::debug!(controller, %error, "watch error");
         }
         Err(error) => tracing::warn!(controller, %error, "controller error"),
+    }
+}
+
+/// The span of one reconcile of `obj` (whose [`object_key`] is `key`): `controller`,
+/// `object` (`namespace/name`), `namespace`, `object.name` (not `name`: JSON log lines
+/// give the span's own name under that key), `generation`, and, recorded later, `result`
+/// ([`record_result`]) and `trace_id` when traces are exported (so every log line inside
+/// carries it).
+pub(super) fn reconcile_span<K: Resource>(
+    controller: &'static str,
+    obj: &K,
+    key: &str,
+) -> tracing::Span {
+    let meta = obj.meta();
+    let span = tracing::info_span!(
+        "reconcile",
+        controller,
+        object = %key,
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        object.name = meta.name.as_deref().unwrap_or_default(),
+        generation = tracing::field::Empty,
+        result = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(generation) = meta.generation {
+        span.record("generation", generation);
+    }
+    crate::runner::telemetry::record_trace_id(&span);
+    span
+}
+
+/// Records how a reconcile ended in its span (`reconcile_span`): `ok` (nothing more to
+/// do until a change), `requeue`, `error` (also the span's OpenTelemetry status), or
+/// `deferred` (the debounce put the trigger off). Nothing on a span without the fields.
+pub(super) fn record_result(span: &tracing::Span, result: &'static str) {
+    span.record("result", result);
+    if result == "error" {
+        span.record("otel.status_code", "error");
     }
 }
 
