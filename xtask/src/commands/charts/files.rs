@@ -123,7 +123,8 @@ pub fn values_yaml(meta: &Meta, d: &Defaults) -> Result<String> {
         d.metrics_secure, d.metrics_port
     ));
     s.push_str(
-        "# A Prometheus Operator ServiceMonitor for /metrics (needs its CRDs).\n\
+        "# A Prometheus Operator ServiceMonitor for /metrics and a PrometheusRule of the\n\
+         # operator's alerts (runbooks: docs/observability.md#alerts; needs its CRDs).\n\
          prometheus:\n  enabled: false\n\n",
     );
     s.push_str(

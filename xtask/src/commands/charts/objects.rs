@@ -14,7 +14,8 @@
 //! - `cluster-rbac/`: unless `rbac.namespaced`. `user-rbac/`: `rbacHelpers.enabled`.
 //! - `namespaced/`: with `rbac.namespaced`, its Role and RoleBinding once per namespace
 //!   of `rbac.watchNamespaces` (its Namespaces are the user's, not the chart's).
-//! - `prometheus/`, `network-policy/`: `prometheus.enabled`, `networkPolicy.enabled`.
+//! - `prometheus/`, `network-policy/`: `prometheus.enabled`, `networkPolicy.enabled`; the
+//!   PrometheusRule's selectors and texts name the release's metrics Service and namespace.
 
 use super::holes::Holes;
 use anyhow::{Context, Result, bail};
@@ -150,7 +151,13 @@ pub fn templates(op: &str, sources: Vec<Source>) -> Result<(Vec<Piece>, Defaults
                 _ => None,
             },
             Part::Prometheus => {
-                service_monitor(&mut holes, &mut object)?;
+                match kind.as_str() {
+                    "ServiceMonitor" => service_monitor(&mut holes, &mut object)?,
+                    "PrometheusRule" => prometheus_rule(&ctx, &mut holes, &mut object)?,
+                    _ => bail!(
+                        "{path}: a {kind} in prometheus/; the chart knows ServiceMonitors and PrometheusRules"
+                    ),
+                }
                 Some("and $.Values.prometheus.enabled $.Values.metrics.enabled".to_owned())
             }
             Part::NetworkPolicy => {
@@ -325,6 +332,51 @@ fn service_monitor(holes: &mut Holes, monitor: &mut Value) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The alerts: their selectors and texts name the metrics Service (`<op>-metrics`, the
+/// `job` label) and the operator's namespace, which are the release's in the chart; and
+/// `{{` (Prometheus' own templates in annotations, `{{ $labels.pod }}`) is written so that
+/// Helm leaves it as it is.
+fn prometheus_rule(ctx: &Ctx, holes: &mut Holes, rule: &mut Value) -> Result<()> {
+    let spec = rule
+        .get_mut("spec")
+        .context("prometheus/: the PrometheusRule has no spec")?;
+    let service = format!("{}-metrics", ctx.op);
+    let service_template = ctx
+        .name(&service)
+        .context("the metrics Service's name does not start with the operator's")?;
+    let replacements = [
+        ("{{", "{{ \"{{\" }}".to_owned()),
+        (service.as_str(), service_template),
+        (ctx.system.as_str(), "{{ $.Release.Namespace }}".to_owned()),
+    ];
+    template_strings(spec, &mut |text| {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some((at, (from, to))) = replacements
+            .iter()
+            .filter_map(|r| rest.find(r.0).map(|at| (at, r)))
+            .min_by_key(|(at, _)| *at)
+        {
+            out.push_str(&rest[..at]);
+            out.push_str(&holes.inline(to.clone()));
+            rest = &rest[at + from.len()..];
+        }
+        out.push_str(rest);
+        out
+    });
+    Ok(())
+}
+
+/// Every string under `value` (values, not keys) replaced by `f` of it.
+fn template_strings(value: &mut Value, f: &mut impl FnMut(&str) -> String) {
+    match value {
+        Value::String(text) => *text = f(text),
+        Value::Array(items) => items.iter_mut().for_each(|v| template_strings(v, f)),
+        Value::Object(map) => map.values_mut().for_each(|v| template_strings(v, f)),
+        _ => {}
+    }
 }
 
 fn network_policy(holes: &mut Holes, policy: &mut Value) -> Result<()> {
@@ -594,6 +646,32 @@ mod tests {
             split_image("host:5000/op"),
             ("host:5000/op".into(), String::new(), String::new())
         );
+    }
+
+    #[test]
+    fn alerts_name_the_release_and_keep_prometheus_templates() -> Result<()> {
+        let ctx = Ctx {
+            op: "op".into(),
+            system: "op-system".into(),
+        };
+        let mut holes = Holes::default();
+        let mut rule = json!({"kind": "PrometheusRule", "spec": {"groups": [{"rules": [{
+            "expr": "up{job=\"op-metrics\", namespace=\"op-system\"} == 0",
+            "annotations": {"description": "{{ $labels.pod }} of op in op-system"},
+        }]}]}});
+        prometheus_rule(&ctx, &mut holes, &mut rule)?;
+        let text = holes.fill(&rule)?;
+        assert!(
+            text.contains(
+                r#"up{job="{{ include "op.fullname" $ }}-metrics", namespace="{{ $.Release.Namespace }}"} == 0"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"{{ "{{" }} $labels.pod }} of op in {{ $.Release.Namespace }}"#),
+            "{text}"
+        );
+        Ok(())
     }
 
     #[test]
