@@ -23,12 +23,13 @@
 //! - `tool helm|oras [--path] [-- args]`: a tool built from its Go module.
 //! - `check-docs`: every relative link and `cargo xtask` command in the docs exists.
 //! - `lint-manifests`: kube-score and checkov over the installers and the default charts.
+//! - `lint-alerts`: promtool checks and unit-tests the operators' alerts (PrometheusRules).
 
 mod commands;
 
 use commands::{
     actionlint, bench, charts, check_docs, cluster, crds, demo, deploy, image, installers,
-    lint_manifests, new, pulsar, release, test, tool,
+    lint_alerts, lint_manifests, new, pulsar, release, test, tool,
 };
 use xtask::say;
 
@@ -101,6 +102,10 @@ enum Command {
     /// defaults with kube-score and checkov (built and installed into the cache on first
     /// use); fails on any finding not suppressed on its object with a reason.
     LintManifests,
+    /// Check each `deploy/<operator>/prometheus/rules.yaml` with `promtool check rules`,
+    /// run its unit tests (`xtask/alerts/<operator>.test.yaml`) with `promtool test rules`
+    /// (promtool built into the cache on first use), and compare the charts' rules.
+    LintAlerts,
     /// Run everything CI runs.
     Test(test::TestArgs),
     /// Build an OCI image of one binary under `target/images/` (and push it).
@@ -210,6 +215,7 @@ fn main() -> Result<()> {
         Command::Release(args) => release::run(&args),
         Command::Actionlint => actionlint::run(),
         Command::LintManifests => lint_manifests::run(),
+        Command::LintAlerts => lint_alerts::run(),
         Command::CheckDocs => check_docs::run(<Cli as clap::CommandFactory>::command()),
         Command::Test(args) => test::run(&args),
         Command::Image(args) => image::run(&args),

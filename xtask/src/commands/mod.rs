@@ -13,6 +13,7 @@ pub mod demo;
 pub mod deploy;
 pub mod image;
 pub mod installers;
+pub mod lint_alerts;
 pub mod lint_manifests;
 pub mod new;
 pub mod pulsar;

@@ -120,6 +120,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
         "kube-score and checkov (installers, charts with their defaults)",
         crate::commands::lint_manifests::run,
     )?;
+    step(
+        "alerts (promtool check rules, promtool test rules, the charts' rules)",
+        crate::commands::lint_alerts::run,
+    )?;
     step("unit tests", || {
         run_counting(cargo().args(["test", "--workspace", "--exclude", "e2e"]))
     })?;
