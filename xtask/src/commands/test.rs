@@ -273,6 +273,9 @@ fn compat(args: &TestArgs, kubernetes: &cluster::Kubernetes, start: Instant) -> 
     result
 }
 
+/// What the end-to-end suite builds in the background while it runs.
+static BACKGROUND_TOOLS: [&cluster::build::Component; 1] = [&crate::commands::tool::JAEGER];
+
 /// The end-to-end tests on the local cluster at `kubernetes` (or the one E2E_KUBECONFIG
 /// names); with `--compat`, the cluster's checks (their findings into `facts`) and the subset.
 fn e2e(
@@ -317,8 +320,31 @@ fn e2e(
     } else {
         Ok(())
     };
+    // Jaeger (the observability test's) is the biggest Go build there is: in the whole
+    // suite it is built at the lowest CPU priority while the tests run, which leave the
+    // cores idle much of the time; that test waits for it (E2E_JAEGER names the binary
+    // before it exists). A partial run builds it in the foreground if a test needs it.
+    let jaeger = crate::commands::tool::JAEGER;
+    let background =
+        (result.is_ok() && args.e2e_filter.is_none() && !args.compat && !jaeger.is_built()?)
+            .then(|| -> Result<_> {
+                test.env("E2E_JAEGER", jaeger.binary("jaeger")?)
+                    .env("E2E_JAEGER_FAILED", jaeger.failure_file()?);
+                Ok(cluster::build::Component::build_in_background(
+                    &BACKGROUND_TOOLS,
+                ))
+            })
+            .transpose()?;
     if result.is_ok() {
         result = run_counting(&mut test);
+    }
+    if let Some(build) = background {
+        // Nothing of this run may be left running: wait for the build (done by the time
+        // the observability test ran, unless it failed).
+        let built = build
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the background build panicked")));
+        result = result.and(built);
     }
     if result.is_ok() {
         result = no_namespace_left_terminating(&kubeconfig);
@@ -359,9 +385,11 @@ pub(crate) fn e2e_cargo(kubeconfig: &std::path::Path, external: bool) -> Result<
     }
     test.env("E2E_KUBECONFIG", kubeconfig)
         .env("E2E_KUBECTL", kubectl_for_tests(external)?)
-        // The charts' and the images' tests run Helm and oras, built here once.
+        // The charts' and the images' tests run Helm and oras, the observability test
+        // Prometheus (and Jaeger, see `e2e`), built here once.
         .env("E2E_HELM", crate::commands::tool::helm()?)
         .env("E2E_ORAS", crate::commands::tool::oras()?)
+        .env("E2E_PROMETHEUS", crate::commands::tool::prometheus()?)
         // anyhow errors of failed tests are read for their message, not a trace.
         .env("RUST_LIB_BACKTRACE", "0");
     Ok(test)
