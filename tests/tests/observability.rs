@@ -111,7 +111,7 @@ fn reconciles(traces: &[Value], namespace: &str) -> Vec<(String, Value, Vec<Valu
         for span in &spans {
             if span["operationName"] != "reconcile"
                 || tag(span, "namespace").as_deref() != Some(namespace)
-                || tag(span, "name").as_deref() != Some(NAME)
+                || tag(span, "object.name").as_deref() != Some(NAME)
             {
                 continue;
             }
@@ -334,7 +334,7 @@ async fn prometheus_and_jaeger_see_an_operator_deployed_from_its_image() -> Resu
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|l| {
-            log_field(l, "name").as_deref() == Some(NAME)
+            log_field(l, "object.name").as_deref() == Some(NAME)
                 && log_field(l, "namespace").as_deref() == Some(ns.name.as_str())
         })
         .collect();
