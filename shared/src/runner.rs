@@ -8,6 +8,7 @@ use futures::{FutureExt, StreamExt, future::Shared};
 use kube::{
     Client, CustomResourceExt,
     api::ListParams,
+    core::object::HasStatus,
     runtime::{
         Controller,
         controller::{self, Action},
@@ -37,6 +38,7 @@ use resync::{Admission, RESYNC_QUEUED, resyncs};
 
 use crate::{
     backoff::{Debounce, ErrorBackoff},
+    conditions::HasConditions,
     error::{Error, ReconcileError},
     namespaces::{self, Scope, ScopeStatus, WatchNamespaces, Watched},
     runner::cli::{Cli, Command, RunArgs},
@@ -80,7 +82,8 @@ impl Operator {
     /// the `Controller` of one [`Scope`] (called once per watched namespace, or once for
     /// all); `reconcile` is wrapped with metrics, a log span naming the controller and
     /// object, the debounce (which asks the context's [`Pacing`]) and per-object
-    /// exponential backoff on errors.
+    /// exponential backoff on errors. `K`'s status carries conditions: `/metrics` counts
+    /// the cached objects Ready for their generation or not (`operator_objects`).
     ///
     /// # Errors
     /// [`Error`] with a message saying what to do.
@@ -92,7 +95,8 @@ impl Operator {
         reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
     ) -> Result<(), Error>
     where
-        K: Watched + CustomResourceExt,
+        K: Watched + CustomResourceExt + HasStatus,
+        K::Status: HasConditions,
         Ctx: Pacing<K> + Send + Sync + 'static,
         E: ReconcileError,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
@@ -122,7 +126,8 @@ impl Operator {
         reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
     ) -> Result<(), Error>
     where
-        K: Watched + CustomResourceExt,
+        K: Watched + CustomResourceExt + HasStatus,
+        K::Status: HasConditions,
         Ctx: Pacing<K> + Send + Sync + 'static,
         E: ReconcileError,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
@@ -291,7 +296,8 @@ fn start_controllers<K, Ctx, E, Fut, B>(
     shutdown: &ShutdownSignal,
 ) -> impl Future<Output = ()> + use<K, Ctx, E, Fut, B>
 where
-    K: Watched,
+    K: Watched + HasStatus,
+    K::Status: HasConditions,
     Ctx: Pacing<K> + Send + Sync + 'static,
     E: ReconcileError,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
@@ -299,12 +305,14 @@ where
 {
     let mut runs = Vec::new();
     let mut statuses = Vec::new();
+    let mut stores = Vec::new();
     for namespace in args.watch_namespace.scopes() {
         let scope = Scope::new(client.clone(), namespace)
             .with_streaming_lists(args.streaming_lists)
             .with_status_writes(guard.status_writes.clone())
             .with_owner::<K>();
         let controller = build(&scope, ctx);
+        stores.push(controller.store());
         let status = scope.status();
         // The scope's watches pass no list on as triggers: every object is reconciled after
         // each full list from here, a bounded number queued at a time (see `resync`).
@@ -346,6 +354,14 @@ where
         statuses.push(status);
         runs.push(run);
     }
+    // `operator_objects*`: the primary objects Ready or not, read from these caches at
+    // each scrape (one source for all the scopes: each family is described once).
+    guard
+        .metrics
+        .add_object_gauges(Arc::new(metrics::ReadyGauges {
+            controller: guard.controller,
+            stores,
+        }));
     tokio::spawn(report_readiness(statuses, ready.clone()));
     futures::future::join_all(runs).map(|_| ())
 }

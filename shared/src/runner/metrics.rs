@@ -8,7 +8,10 @@
 //!   (`pkg/metrics/client_go_adapter.go`), counted by a layer on the kube client
 //!   (see the client module), every attempt of a retried request included;
 //! - `leader_election_master_status{name}` (`pkg/metrics/leaderelection.go`);
-//! - the process collector's `process_*` (client_golang), read from `/proc` at each scrape.
+//! - the process collector's `process_*` (client_golang), read from `/proc` at each scrape;
+//! - our own, with no controller-runtime counterpart: `operator_objects{controller,ready}`
+//!   and `operator_objects_not_ready_seconds_max{controller}` (the primary objects Ready
+//!   for their generation or not, read from the controller's caches at each scrape).
 //!
 //! kube-runtime's controller has no client-go work queue: its scheduler (debounce, one
 //! reconcile per object at a time, backoff) keeps its queue to itself. The `workqueue_*`
@@ -50,8 +53,10 @@ use prometheus_client::{
 };
 
 mod object_gauges;
+mod objects_ready;
 mod rest_client;
 pub use object_gauges::{GaugeFamily, ObjectGauges};
+pub(crate) use objects_ready::ReadyGauges;
 pub(crate) use rest_client::RestClientMetrics;
 
 type Labels = Vec<(&'static str, String)>;
@@ -549,6 +554,16 @@ mod tests {
             .collect()
     }
 
+    /// The runner's `operator_objects*` source of a controller with no object.
+    #[derive(Debug)]
+    struct ObjectsOf(&'static str);
+
+    impl ObjectGauges for ObjectsOf {
+        fn families(&self) -> Vec<GaugeFamily> {
+            objects_ready::tests::families_of_none(self.0)
+        }
+    }
+
     #[test]
     fn names_and_types_match_controller_runtime() {
         // Taken from controller-runtime's sources: pkg/internal/controller/metrics/metrics.go
@@ -582,8 +597,13 @@ mod tests {
             ("process_virtual_memory_bytes", "gauge"),
             ("process_resident_memory_bytes", "gauge"),
             ("process_start_time_seconds", "gauge"),
+            // Our own (no controller-runtime counterpart), registered by the runner for
+            // every controller.
+            (objects_ready::OBJECTS, "gauge"),
+            (objects_ready::NOT_READY_SECONDS_MAX, "gauge"),
         ];
         let m = Metrics::new();
+        m.add_object_gauges(Arc::new(ObjectsOf("podset")));
         m.controller_started("podset", 2);
         m.set_leader("podset-operator-leader", true);
         m.rest_client_requests_total
