@@ -64,8 +64,8 @@ fn set_json(values: &[String]) -> Vec<&str> {
         .collect()
 }
 
-/// The ServiceMonitor CRD the `prometheus` option needs: the cluster's, else the
-/// minimal fixture the kubebuilder-fit test also installs.
+/// The ServiceMonitor and PrometheusRule CRDs the `prometheus` option needs: the
+/// cluster's, else the minimal fixtures the kubebuilder-fit test also installs.
 fn ensure_service_monitor_crd() -> Result<()> {
     if kubectl_runner().succeeds(["get", "crd", "servicemonitors.monitoring.coreos.com"]) {
         return Ok(());
@@ -83,6 +83,7 @@ fn ensure_service_monitor_crd() -> Result<()> {
         "--for=condition=Established",
         "--timeout=60s",
         "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
     ])?;
     Ok(())
 }

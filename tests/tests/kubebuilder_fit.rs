@@ -1,6 +1,6 @@
 //! What a kubebuilder v4 project ships beside the manager, in each `deploy/<operator>`:
 //! `prometheus/` (a ServiceMonitor scraping the HTTPS metrics Service with the scraper's
-//! ServiceAccount token), `network-policy/` (the metrics port open only to namespaces
+//! ServiceAccount token, and a PrometheusRule of the operator's alerts), `network-policy/` (the metrics port open only to namespaces
 //! labelled `metrics: enabled`) and `user-rbac/` (admin, editor and viewer ClusterRoles per
 //! kind, aggregated into the built-in `admin`, `edit` and `view`). The first two are
 //! optional and apply on top of an install; the roles are part of the default install.
@@ -44,8 +44,9 @@ fn pairs(resource: &str, verbs: &[&str]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// Installs the ServiceMonitor CRD unless the cluster serves one: a real Prometheus
-/// Operator's CRD is used as it is, never replaced by the minimal fixture.
+/// Installs the ServiceMonitor and PrometheusRule CRDs unless the cluster serves the
+/// ServiceMonitor one: a real Prometheus Operator's CRDs are used as they are, never
+/// replaced by the minimal fixtures.
 fn ensure_service_monitor_crd() -> Result<()> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK
@@ -74,6 +75,7 @@ fn ensure_service_monitor_crd() -> Result<()> {
         "--for=condition=Established",
         "--timeout=60s",
         &format!("crd/{SERVICE_MONITOR_CRD}"),
+        "crd/prometheusrules.monitoring.coreos.com",
     ])?;
     Ok(())
 }
@@ -212,6 +214,11 @@ async fn prometheus_and_network_policy_apply(operator: &str) -> Result<()> {
             format!("{operator}-metrics-monitor"),
         ),
         (
+            "prometheus",
+            "prometheusrules.monitoring.coreos.com",
+            format!("{operator}-alerts"),
+        ),
+        (
             "network-policy",
             "networkpolicies.networking.k8s.io",
             format!("{operator}-allow-metrics-traffic"),
@@ -219,14 +226,14 @@ async fn prometheus_and_network_policy_apply(operator: &str) -> Result<()> {
     ] {
         let dir = tree(operator).join(dir);
         apply_clean(&dir)?;
-        // Stored as written (the fixture keeps the ServiceMonitor's spec unchanged).
+        // Stored as written (the fixtures keep the specs unchanged).
         let stored: Value = serde_json::from_str(&kubectl_ok([
             "get", kind, &name, "-n", &system, "-o", "json",
         ])?)?;
         let written = kustomize(&dir)?
             .into_iter()
-            .next()
-            .context("an empty kustomization")?;
+            .find(|o| o["metadata"]["name"] == name.as_str())
+            .with_context(|| format!("{} has no {name}", dir.display()))?;
         ensure!(
             stored["spec"] == written["spec"],
             "{operator}: {kind} {name} stored as {}, written as {}",
