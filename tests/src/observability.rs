@@ -108,12 +108,7 @@ pub fn encode(text: &str) -> String {
     out
 }
 
-/// A free port on 127.0.0.1.
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
+use xtask::support::local_operator::free_port;
 
 /// Jaeger v2 with in-memory storage.
 pub struct Jaeger {

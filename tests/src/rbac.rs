@@ -207,9 +207,10 @@ pub fn grant_lock(operator: &str, lock: &str, namespaces: &[String]) -> Result<L
 pub struct ClusterRoleBinding(String);
 
 impl ClusterRoleBinding {
-    /// Binds ServiceAccount `namespace/sa` to ClusterRole `role`.
+    /// Binds ServiceAccount `namespace/sa` to ClusterRole `role` (one binding per role:
+    /// its name holds all three).
     pub fn create(role: &str, namespace: &str, sa: &str) -> Result<Self> {
-        let name = format!("e2e-{namespace}-{sa}");
+        let name = format!("e2e-{namespace}-{sa}-{role}");
         crate::kubectl_ok([
             "create",
             "clusterrolebinding",

@@ -140,7 +140,23 @@ pub fn service_account_kubeconfig(
 /// # Errors
 /// When no port can be bound.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    // Not a port the kernel hands out (`bind` to port 0 gives one of the ephemeral range,
+    // 32768-60999, which every outgoing connection takes from too: between this probe and
+    // the child's own bind, kubectl or a client could take it). Below the NodePort range
+    // (30000-32767), which kube-proxy forwards on this machine's addresses. Each call
+    // starts after the last one, so a process hands out a port once per lap.
+    const FIRST: u16 = 20000;
+    const COUNT: u16 = 10000;
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let seed = u16::try_from(std::process::id() % u32::from(COUNT)).unwrap_or(0);
+    for _ in 0..COUNT {
+        let step = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % COUNT;
+        let port = FIRST + (seed + step) % COUNT;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port in 127.0.0.1:{FIRST}-{}", FIRST + COUNT - 1)
 }
 
 /// How to start an operator's binary.
