@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use xtask::support::process_group;
 
+use crate::operator::http_get as get;
 use crate::{poll, target_dir, unique_suffix};
 
 /// The OTLP/HTTP port Jaeger receives on (fixed: the node forwards it to pods).
@@ -88,11 +89,6 @@ async fn wait_ready(server: &mut Server, port: u16, path: &str) -> Result<()> {
         },
     )
     .await
-}
-
-/// `GET http://127.0.0.1:<port><path>` (blocking; small answers).
-pub fn get(port: u16, path: &str) -> Result<(u16, String)> {
-    xtask::support::http::get(port, path)
 }
 
 /// `text` percent-encoded for a query string.

@@ -430,39 +430,43 @@ mod tests {
 
     #[test]
     fn a_bad_value_is_an_error_naming_its_variable_or_flag() {
-        let error = resolve(Some("jaeger:4318"), &[(ENDPOINT_VAR, "jaeger:4318")]).unwrap_err();
-        assert!(
-            error.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT=jaeger:4318: "),
-            "{error}"
+        // (flag, environment, how the error starts)
+        type Case = (
+            Option<&'static str>,
+            &'static [(&'static str, &'static str)],
+            &'static str,
         );
-        let error = resolve(Some("not a url"), &[]).unwrap_err();
-        assert!(
-            error.starts_with("--otlp-endpoint=not a url: not a URL"),
-            "{error}"
-        );
-        let error = resolve(None, &[(TRACES_ENDPOINT_VAR, "grpc://c:4317")]).unwrap_err();
-        assert!(
-            error.starts_with("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=grpc://c:4317: scheme grpc"),
-            "{error}"
-        );
-        let error = resolve(
-            Some("http://c:4317"),
-            &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
-        )
-        .unwrap_err();
-        assert!(
-            error.starts_with("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: "),
-            "{error}"
-        );
-        let error = resolve(
-            Some("http://c:4318"),
-            &[("OTEL_EXPORTER_OTLP_TIMEOUT", "2s")],
-        )
-        .unwrap_err();
-        assert!(
-            error.starts_with("OTEL_EXPORTER_OTLP_TIMEOUT=2s: "),
-            "{error}"
-        );
+        let cases: [Case; 5] = [
+            (
+                Some("jaeger:4318"),
+                &[(ENDPOINT_VAR, "jaeger:4318")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT=jaeger:4318: ",
+            ),
+            (
+                Some("not a url"),
+                &[],
+                "--otlp-endpoint=not a url: not a URL",
+            ),
+            (
+                None,
+                &[(TRACES_ENDPOINT_VAR, "grpc://c:4317")],
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=grpc://c:4317: scheme grpc",
+            ),
+            (
+                Some("http://c:4317"),
+                &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: ",
+            ),
+            (
+                Some("http://c:4318"),
+                &[("OTEL_EXPORTER_OTLP_TIMEOUT", "2s")],
+                "OTEL_EXPORTER_OTLP_TIMEOUT=2s: ",
+            ),
+        ];
+        for (flag, env, expected) in cases {
+            let error = resolve(flag, env).unwrap_err();
+            assert!(error.starts_with(expected), "{error}");
+        }
         assert!(
             resolve(
                 Some("http://c:4318"),
