@@ -154,7 +154,17 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
     );
     // The binary the image ships (static, release): what runs in a cluster, so what
     // is measured. It maps no shared libraries, which are 2 MiB of a dynamic build's RSS.
-    let binary = crate::commands::image::build_binary(op.crate_name())?;
+    let binary = match &args.binary {
+        Some(given) => {
+            ensure!(
+                given.is_file(),
+                "--binary {}: no such file",
+                given.display()
+            );
+            given.clone()
+        }
+        None => crate::commands::image::build_binary(op.crate_name())?,
+    };
     ensure!(binary.is_file(), "{} was not built", binary.display());
     let kubeconfig = cluster::up()?;
     // `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.

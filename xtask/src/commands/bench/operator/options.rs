@@ -55,6 +55,11 @@ pub struct OperatorArgs {
     #[arg(long, value_name = "PATH")]
     #[allow(clippy::option_option)]
     pub(super) go_ref: Option<Option<PathBuf>>,
+    /// Measure this Rust operator binary instead of building the workspace's (a static
+    /// release build of another commit, for a bisect of a regression). The run's record
+    /// names it.
+    #[arg(long, value_name = "PATH")]
+    pub(super) binary: Option<PathBuf>,
 }
 
 impl Default for OperatorArgs {
@@ -71,6 +76,7 @@ impl Default for OperatorArgs {
             env: Vec::new(),
             reaction_rounds: 12,
             go_ref: None,
+            binary: None,
         }
     }
 }

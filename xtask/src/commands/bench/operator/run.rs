@@ -217,10 +217,16 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
     let kib_per_object =
         steady.rss_kib.saturating_sub(startup.idle_rss_kib) as f64 / f64::from(n.max(1));
     let (binary, build) = match run.target.launcher {
-        Launcher::Rust { .. } => (
-            op.crate_name().to_owned(),
-            "release, static (the image's binary)".to_owned(),
-        ),
+        Launcher::Rust { .. } => match &args.binary {
+            Some(given) => (
+                given.display().to_string(),
+                "given with --binary (not built by this run)".to_owned(),
+            ),
+            None => (
+                op.crate_name().to_owned(),
+                "release, static (the image's binary)".to_owned(),
+            ),
+        },
         Launcher::Go { controller, .. } => (
             format!("go-ref -controller {controller}"),
             "go build (the seed's Go original on controller-runtime)".to_owned(),
