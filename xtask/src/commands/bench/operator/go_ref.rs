@@ -1,5 +1,5 @@
-//! The Go originals (`--go-ref`): the seeds' PodSet and Memcached controllers on
-//! controller-runtime, for measurement side by side. Their source is not part of this
+//! The Go originals (`--go-ref`): the seeds' PodSet, Memcached, Lolcow and PulsarConsumer
+//! controllers on controller-runtime, for measurement side by side. Their source is not part of this
 //! repository; it lives in `shared/go-ref` beside it (`../shared/go-ref`), and is built
 //! outside it, into the cache:
 //!
@@ -9,12 +9,25 @@
 //! ```
 //!
 //! which [`binary`] does when `--go-ref` names no binary (with `go mod tidy` first when the
-//! module's `go.sum` is incomplete). The binary takes `-controller podset|memcached`,
-//! `WATCH_NAMESPACE` and `KUBECONFIG`, and serves its probes and metrics where
+//! module's `go.sum` is incomplete). The binary takes
+//! `-controller podset|memcached|lolcow|pulsarconsumer`, `WATCH_NAMESPACE` and `KUBECONFIG`,
+//! the children's images as `-lolcow-image` and `-consumer-image` (the bench passes the
+//! image the Rust operator runs them on), and serves its probes and metrics where
 //! `-health-probe-bind-address` and `-metrics-bind-address` say. Their CRDs are ours
 //! (same group, version, kind and fields).
+//!
+//! How the bench reads Ready differs where their status says nothing (see
+//! [`status_shape`]): the Go PodSet's `readyReplicas` and the Go Memcached's `Available`
+//! condition are read from their status; the Go Lolcow writes no status and the Go
+//! PulsarConsumer's copies its spec whatever the pods do, so theirs is read from the
+//! Deployment each controls (and the Lolcow's Service): rolled out at the object's current
+//! spec. Every other phase measures the same thing for both implementations; for those
+//! two, Ready (create, change, and the reaction's "status showing it") is the children
+//! showing it, a state the Rust operator's own Ready needs too before its status write,
+//! so the Go figures lack that last write (the record's `readiness` says so).
 
 use super::options::Operator;
+use super::watch::StatusShape;
 use anyhow::{Context, Result, bail, ensure};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,12 +36,33 @@ use std::time::SystemTime;
 use xtask::say;
 use xtask::support::{cmd, paths};
 
-/// The `-controller` value of `op`, if the Go originals have it.
-pub(super) fn controller(op: Operator) -> Option<&'static str> {
+/// The `-controller` value of `op` (the Go originals have every kind).
+pub(super) fn controller(op: Operator) -> &'static str {
     match op {
-        Operator::Podset => Some("podset"),
-        Operator::Memcached => Some("memcached"),
-        Operator::Lolcow | Operator::PulsarConsumer => None,
+        Operator::Podset => "podset",
+        Operator::Memcached => "memcached",
+        Operator::Lolcow => "lolcow",
+        Operator::PulsarConsumer => "pulsarconsumer",
+    }
+}
+
+/// How the bench reads Ready of `op`'s Go original.
+pub(super) fn status_shape(op: Operator) -> StatusShape {
+    match op {
+        Operator::Podset => StatusShape::GoPodSet,
+        Operator::Memcached => StatusShape::GoMemcached,
+        Operator::Lolcow => StatusShape::GoLolcow,
+        Operator::PulsarConsumer => StatusShape::GoPulsarConsumer,
+    }
+}
+
+/// The flag (without its `-`) that names the image of `op`'s children, for the kinds
+/// whose children run an app of this workspace.
+pub(super) fn image_flag(op: Operator) -> Option<&'static str> {
+    match op {
+        Operator::Lolcow => Some("lolcow-image"),
+        Operator::PulsarConsumer => Some("consumer-image"),
+        Operator::Podset | Operator::Memcached => None,
     }
 }
 
@@ -129,11 +163,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_podset_and_memcached_have_go_originals() {
-        assert_eq!(controller(Operator::Podset), Some("podset"));
-        assert_eq!(controller(Operator::Memcached), Some("memcached"));
-        assert_eq!(controller(Operator::Lolcow), None);
-        assert_eq!(controller(Operator::PulsarConsumer), None);
+    fn every_operator_has_a_go_original() {
+        let all = Operator::ALL.map(|op| (controller(op), status_shape(op), image_flag(op)));
+        assert_eq!(
+            all,
+            [
+                ("podset", StatusShape::GoPodSet, None),
+                ("memcached", StatusShape::GoMemcached, None),
+                ("lolcow", StatusShape::GoLolcow, Some("lolcow-image")),
+                (
+                    "pulsarconsumer",
+                    StatusShape::GoPulsarConsumer,
+                    Some("consumer-image")
+                ),
+            ]
+        );
+        // A flag for exactly the kinds whose children run an app of this workspace.
+        for op in Operator::ALL {
+            assert_eq!(image_flag(op).is_some(), op.kind().workload.is_some());
+        }
     }
 
     #[test]

@@ -26,6 +26,13 @@
 //! made, by verb and phase (counted at the client; see [`requests`]).
 //! Results: `target/bench/<operator>-<N>.json`, and from every such file
 //! `target/bench/operators.md` and `target/bench/ready-over-time.svg`.
+//!
+//! `--go-ref` then runs the seed's Go original of the same kind (all four: PodSet,
+//! Memcached, Lolcow and PulsarConsumer, on controller-runtime; see [`go_ref`]) through the
+//! same phases in a namespace of its own, once the Rust run's is gone, its children on the
+//! same image: `target/bench/<operator>-<N>-go.json` and `target/bench/side-by-side.md`.
+//! Where a Go original writes no status to read Ready from (Lolcow, PulsarConsumer), Ready
+//! is read from its children, and the record's `readiness` says how.
 
 mod go_ref;
 mod options;
@@ -46,8 +53,8 @@ pub use options::{Operator, OperatorArgs};
 use crate::commands::bench::common::out_dir;
 use crate::commands::cluster;
 use anyhow::{Context, Result, ensure};
-use options::{run_name, standard_set};
-use process::Launcher;
+use options::{FIRST_NODE_PORT, LAST_NODE_PORT, run_name, standard_set};
+use process::{Launcher, WorkloadImage};
 use std::fs;
 use std::path::{Path, PathBuf};
 use watch::StatusShape;
@@ -113,28 +120,43 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// The Rust operator's run, then with `--go-ref` the Go original's, each recorded.
 fn bench_and_record(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
+    let op = args.operator;
+    ensure!(
+        args.objects <= op.max_objects(),
+        "--objects {}: every {} holds a NodePort of {FIRST_NODE_PORT}-{LAST_NODE_PORT}, so a \
+         run has at most {}: lower --objects",
+        args.objects,
+        op.kind().kind,
+        op.max_objects()
+    );
     // Found (or built) first: a missing Go original fails the command at once.
     let go = match &args.go_ref {
-        Some(path) => {
-            let controller = go_ref::controller(args.operator).with_context(|| {
-                format!(
-                    "--go-ref: the Go originals have no {} (only podset and memcached)",
-                    args.operator.name()
-                )
-            })?;
-            Some((go_ref::binary(path.as_deref())?, controller))
-        }
+        Some(path) => Some(go_ref::binary(path.as_deref())?),
         None => None,
     };
-    bench_rust(runtime, args)?;
-    if let Some((binary, controller)) = go {
-        bench_go(runtime, args, binary, controller)?;
+    let rust_namespaces = bench_rust(runtime, args)?;
+    if let Some(binary) = go {
+        bench_go(runtime, args, binary, &rust_namespaces)?;
     }
     Ok(())
 }
 
-/// One run of the Rust operator, recorded in `target/bench/<run>.json`.
-fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<()> {
+/// The image the children's pods of `args`' operator run in the bench, the same for the
+/// Rust operator and the Go original (see [`Operator::workload_image`]).
+fn workload(args: &OperatorArgs) -> Option<WorkloadImage> {
+    let op = args.operator;
+    let var = op.kind().workload.as_ref()?.env;
+    let (env, image) = op.workload_image(&args.env, std::env::var(var).ok())?;
+    Some(WorkloadImage {
+        image,
+        env,
+        go_flag: go_ref::image_flag(op)?,
+    })
+}
+
+/// One run of the Rust operator, recorded in `target/bench/<run>.json`; returns its
+/// namespaces (being deleted).
+fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<Vec<String>> {
     let op = args.operator;
     say!(
         "==> bench operator: {} with {} objects ({} replicas){}{}",
@@ -179,27 +201,33 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
             binary,
             proxy: counting_proxy(&sa_kubeconfig, &proxy_kubeconfig).await?,
             kubeconfig: proxy_kubeconfig.clone(),
+            workload: workload(args),
         };
-        run::bench(args, &launcher, StatusShape::Conditions, &client).await
+        Ok::<_, anyhow::Error>(run::bench(args, &launcher, StatusShape::Conditions, &client).await)
     });
     let _ = fs::remove_file(&sa_kubeconfig);
     let _ = fs::remove_file(&proxy_kubeconfig);
+    let (namespaces, result) = result?;
     record(
         &result?,
         &run_name(op, args.objects, args.stranger_pods, args.namespaces),
-    )
+    )?;
+    Ok(namespaces)
 }
 
 /// One run of the Go original (`-controller <controller>`), recorded in
-/// `target/bench/<run>-go.json`. The counting proxy sends its requests on with the admin
-/// credentials: the Rust operators' RBAC in `deploy/` is not written for it.
+/// `target/bench/<run>-go.json`, once `after` (the Rust run's namespaces, being deleted)
+/// are gone: the Go original starts on a cluster as quiet as the Rust operator did, and
+/// no NodePort of theirs is still held. The counting proxy sends its requests on with
+/// the admin credentials: the Rust operators' RBAC in `deploy/` is not written for it.
 fn bench_go(
     runtime: &tokio::runtime::Runtime,
     args: &OperatorArgs,
     binary: PathBuf,
-    controller: &'static str,
+    after: &[String],
 ) -> Result<()> {
     let op = args.operator;
+    let controller = go_ref::controller(op);
     say!(
         "==> bench operator: the Go original of {} ({}) with {} objects ({} replicas)",
         op.name(),
@@ -209,24 +237,37 @@ fn bench_go(
     );
     let kubeconfig = cluster::up()?;
     local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
-    let shape = match op {
-        Operator::Memcached => StatusShape::GoMemcached,
-        _ => StatusShape::GoPodSet,
-    };
+    let shape = go_ref::status_shape(op);
     let proxy_kubeconfig = proxy_kubeconfig_path(op, "-go")?;
     let result = runtime.block_on(async {
         let client = xtask::support::kubeconfig::client_from(&kubeconfig).await?;
+        let started = std::time::Instant::now();
+        // As long as a phase of the run may take.
+        let timeout = std::time::Duration::from_secs(180 + u64::from(args.objects) / 2);
+        if run::wait_gone(&client, after, timeout).await? {
+            say!(
+                "    the Rust run's namespace gone after {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+        } else {
+            say_err!(
+                "bench operator: {} still there after {}s; the Go run starts beside it",
+                after.join(", "),
+                timeout.as_secs()
+            );
+        }
         let launcher = Launcher::Go {
             binary,
             controller,
             proxy: counting_proxy(&kubeconfig, &proxy_kubeconfig).await?,
             kubeconfig: proxy_kubeconfig.clone(),
+            workload: workload(args),
         };
-        run::bench(args, &launcher, shape, &client).await
+        Ok::<_, anyhow::Error>(run::bench(args, &launcher, shape, &client).await.1)
     });
     let _ = fs::remove_file(&proxy_kubeconfig);
     record(
-        &result?,
+        &result??,
         &format!(
             "{}-go",
             run_name(op, args.objects, args.stranger_pods, args.namespaces)
@@ -309,6 +350,50 @@ mod tests {
             run_name(Operator::Memcached, 1000, 0, 10),
             "memcached-1000-namespaces-10"
         );
+    }
+
+    #[test]
+    fn both_implementations_run_the_children_on_the_image_the_rust_operator_would() {
+        let env = |kvs: &[&str]| kvs.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let image = |op: Operator, given: &[&str], inherited: Option<&str>| {
+            op.workload_image(&env(given), inherited.map(str::to_owned))
+        };
+        assert_eq!(image(Operator::Podset, &[], None), None);
+        assert_eq!(image(Operator::Memcached, &[], Some("x")), None);
+        // The operator's default, else the bench's environment, else --env (the last).
+        assert_eq!(
+            image(Operator::Lolcow, &["RUST_LOG=debug"], None),
+            Some(("LOLCOW_IMAGE", "lolcow-web:latest".to_owned()))
+        );
+        assert_eq!(
+            image(Operator::PulsarConsumer, &[], Some("reg.local/pc:1")),
+            Some(("PULSAR_CONSUMER_IMAGE", "reg.local/pc:1".to_owned()))
+        );
+        assert_eq!(
+            image(
+                Operator::Lolcow,
+                &["LOLCOW_IMAGE=a:1", "LOLCOW_IMAGE=b:2"],
+                Some("c:3")
+            ),
+            Some(("LOLCOW_IMAGE", "b:2".to_owned()))
+        );
+        // Empty counts as unset, as the operators read it.
+        assert_eq!(
+            image(Operator::Lolcow, &["LOLCOW_IMAGE="], Some(" ")),
+            Some(("LOLCOW_IMAGE", "lolcow-web:latest".to_owned()))
+        );
+    }
+
+    #[test]
+    fn only_lolcows_are_capped_below_the_option_s_range() {
+        assert_eq!(Operator::Lolcow.max_objects(), 2768);
+        for op in [
+            Operator::Podset,
+            Operator::Memcached,
+            Operator::PulsarConsumer,
+        ] {
+            assert!(op.max_objects() >= 30_000);
+        }
     }
 
     #[test]

@@ -13,8 +13,8 @@ pub struct OperatorArgs {
     /// The operator to measure.
     #[arg(long, value_enum, default_value_t = Operator::Podset)]
     pub(super) operator: Operator,
-    /// Objects created at once (N).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    /// Objects created at once (N); Lolcows at most 2,768, one NodePort (30000-32767) each.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=30_000))]
     pub(super) objects: u32,
     /// Replicas of each object (PodSet, Memcached, PulsarConsumer; a Lolcow has one pod).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=20))]
@@ -47,11 +47,15 @@ pub struct OperatorArgs {
     /// write and to the status showing it; 0 skips the phase.
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub(super) reaction_rounds: u32,
-    /// Also run the same phases against the seed's Go original (PodSet and Memcached, on
-    /// controller-runtime), after the Rust operator, in a namespace of its own; one table
-    /// compares them (`target/bench/side-by-side.md`). PATH is its binary; without it,
-    /// the bench builds `../shared/go-ref` (beside the repository) into
-    /// `~/.cache/rust-operators/go-ref/` (`go build`, outside the repository).
+    /// Also run the same phases against the seed's Go original (every kind: PodSet,
+    /// Memcached, Lolcow and PulsarConsumer, on controller-runtime), after the Rust
+    /// operator, in a namespace of its own once the Rust run's is gone, its children on
+    /// the same image; one table compares them (`target/bench/side-by-side.md`). The Go
+    /// Lolcow and PulsarConsumer write no status to read Ready from: theirs is read from
+    /// their Deployments (and the Lolcow's Service), as the record's `readiness` says.
+    /// PATH is its binary; without it, the bench builds `../shared/go-ref` (beside the
+    /// repository) into `~/.cache/rust-operators/go-ref/` (`go build`, outside the
+    /// repository).
     #[arg(long, value_name = "PATH")]
     #[allow(clippy::option_option)]
     pub(super) go_ref: Option<Option<PathBuf>>,
@@ -184,6 +188,40 @@ impl Operator {
         }
     }
 
+    /// The image of the pods of its children when they run an app of this workspace
+    /// (Lolcow: `lolcow-web`, PulsarConsumer: `pulsar-consumer`), as the Rust operator in
+    /// the bench would run it: from `--env <VAR>=<image>` (`env`), else from the bench's
+    /// own environment (`inherited`: the value of `<VAR>` there), else `<app>:latest`, the
+    /// operator's default; and the variable that names it (`LOLCOW_IMAGE`...). Empty
+    /// values count as unset, as the operators read them. `None` for the other kinds.
+    pub(super) fn workload_image(
+        self,
+        env: &[String],
+        inherited: Option<String>,
+    ) -> Option<(&'static str, String)> {
+        let workload = self.kind().workload.as_ref()?;
+        let given = env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .filter(|(k, _)| *k == workload.env)
+            .map(|(_, v)| v.trim().to_owned())
+            .next_back();
+        let image = given
+            .or(inherited.map(|v| v.trim().to_owned()))
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| format!("{}:latest", workload.app));
+        Some((workload.env, image))
+    }
+
+    /// The most objects of this kind one run can have: a Lolcow holds a NodePort of its
+    /// own, of the 2,768 in 30000-32767.
+    pub(super) fn max_objects(self) -> u32 {
+        match self {
+            Operator::Lolcow => u32::try_from(LAST_NODE_PORT - FIRST_NODE_PORT + 1).unwrap_or(0),
+            _ => u32::MAX,
+        }
+    }
+
     /// Replicas after [`Operator::change`]: one fewer, or one more from a single replica.
     pub(super) fn changed_replicas(self, replicas: i32) -> i32 {
         match self {
@@ -207,6 +245,12 @@ impl Operator {
         children + 2 + 2
     }
 }
+
+/// The first port of the cluster's NodePort range (`--service-node-port-range` of the
+/// local cluster, the Kubernetes default 30000-32767).
+pub(super) const FIRST_NODE_PORT: i32 = 30000;
+/// Its last port.
+pub(super) const LAST_NODE_PORT: i32 = 32767;
 
 /// The standard set: (operator, N, stranger pods).
 pub(super) fn standard_set() -> Vec<(Operator, u32, u32)> {

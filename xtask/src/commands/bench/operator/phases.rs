@@ -1,7 +1,7 @@
 //! The phases after the start, each returning its part of the record, and
 //! the record assembled from them.
 
-use super::options::Operator;
+use super::options::{FIRST_NODE_PORT, LAST_NODE_PORT, Operator};
 use super::procfs;
 use super::record::{Change, Create, Delete, End, PodCounts, Requests, Restart, Steady};
 use super::session::Session;
@@ -13,22 +13,44 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use xtask::say;
 
-/// NodePorts not used by any Service of the cluster, `count` of them.
-async fn free_node_ports(client: &Client, count: u32) -> Result<Vec<i32>> {
+/// NodePorts not used by any Service of the cluster, `count` of them, from the
+/// implementation's own half of the range first (`go`: the Go original's run).
+async fn free_node_ports(client: &Client, count: u32, go: bool) -> Result<Vec<i32>> {
     let used = xtask::support::node_ports::in_use(client).await?;
-    // Start away from the low end, which the tests' samples use.
-    let free: Vec<i32> = (31000..=32767)
-        .chain(30000..31000)
+    pick_node_ports(&used, count, go)
+}
+
+/// `count` NodePorts not in `used`. Above the low end (30000-30499, which the tests'
+/// samples use), the range is split in two halves of 1,134 ports: the Rust run takes from
+/// the lower, the Go original's run from the upper, so that at up to 1,134 Lolcows the Go
+/// run, which starts as the Rust run's namespace is deleted, never asks for a port that
+/// namespace's Services may still hold (those listed as held are skipped anyway). Then
+/// the other half, then the low end.
+pub(super) fn pick_node_ports(used: &BTreeSet<i32>, count: u32, go: bool) -> Result<Vec<i32>> {
+    const LOW_END: i32 = FIRST_NODE_PORT + 500;
+    let middle = LOW_END + (LAST_NODE_PORT + 1 - LOW_END) / 2;
+    let (lower, upper) = (LOW_END..middle, middle..=LAST_NODE_PORT);
+    let halves: Vec<i32> = if go {
+        upper.chain(lower).collect()
+    } else {
+        lower.chain(upper).collect()
+    };
+    let free: Vec<i32> = halves
+        .into_iter()
+        .chain(FIRST_NODE_PORT..LOW_END)
         .filter(|p| !used.contains(p))
         .take(count as usize)
         .collect();
     ensure!(
         free.len() == count as usize,
-        "only {} free NodePorts for {count} Lolcows",
-        free.len()
+        "--objects {count}: only {} NodePorts of {FIRST_NODE_PORT}-{LAST_NODE_PORT} are free \
+         ({} held by Services of the cluster), and every Lolcow needs one: lower --objects",
+        free.len(),
+        used.len()
     );
     Ok(free)
 }
@@ -44,7 +66,8 @@ impl Session<'_> {
         let (op, n, replicas) = (self.op, self.n, self.target.args.replicas);
         let want_pods = self.want_pods(replicas);
         let ports = if op == Operator::Lolcow {
-            free_node_ports(self.target.client, n).await?
+            let go = self.target.launcher.implementation() == "go";
+            free_node_ports(self.target.client, n, go).await?
         } else {
             vec![0; n as usize]
         };
@@ -337,5 +360,41 @@ impl Session<'_> {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rust_and_go_runs_take_node_ports_from_halves_of_their_own() -> Result<()> {
+        let none = BTreeSet::new();
+        let rust = pick_node_ports(&none, 1000, false)?;
+        let go = pick_node_ports(&none, 1000, true)?;
+        assert_eq!((rust[0], go[0]), (30500, 31634));
+        // 1,000 Lolcows each: no port in both, none at the low end the tests' samples use.
+        let rust_ports: BTreeSet<i32> = rust.iter().copied().collect();
+        assert!(go.iter().all(|p| !rust_ports.contains(p)));
+        assert!(rust.iter().chain(&go).all(|p| (30500..=32767).contains(p)));
+        // Held ports are skipped; past its half, a run takes the other, then the low end.
+        let held: BTreeSet<i32> = [30500, 30501].into_iter().collect();
+        assert_eq!(pick_node_ports(&held, 2, false)?, vec![30502, 30503]);
+        let many = pick_node_ports(&none, 2768, true)?;
+        assert_eq!(many.len(), 2768);
+        assert_eq!((many[1133], many[1134], many[2267]), (32767, 30500, 31633));
+        assert_eq!(many[2268], 30000);
+        Ok(())
+    }
+
+    #[test]
+    fn too_many_lolcows_name_the_option() {
+        let held: BTreeSet<i32> = (30000..30010).collect();
+        let e = pick_node_ports(&held, 2768, false).map_err(|e| e.to_string());
+        assert!(
+            e.as_ref()
+                .is_err_and(|e| e.contains("--objects 2768") && e.contains("only 2758")),
+            "{e:?}"
+        );
     }
 }

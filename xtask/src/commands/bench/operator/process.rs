@@ -14,6 +14,18 @@ use std::time::{Duration, Instant};
 use xtask::support::local_operator::{Launch, LocalOperator, free_port};
 use xtask::support::process_group;
 
+/// The image the children's pods run (Lolcow, PulsarConsumer), and how each
+/// implementation is told it: the same image for both.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct WorkloadImage {
+    /// The image.
+    pub(super) image: String,
+    /// The Rust operator's variable (`LOLCOW_IMAGE`...).
+    pub(super) env: &'static str,
+    /// The Go original's flag (`lolcow-image`...).
+    pub(super) go_flag: &'static str,
+}
+
 /// What runs, through which counting proxy.
 #[derive(Clone)]
 pub(super) enum Launcher {
@@ -24,6 +36,8 @@ pub(super) enum Launcher {
         proxy: Arc<CountingProxy>,
         /// The kubeconfig pointing at the proxy.
         kubeconfig: PathBuf,
+        /// Its children's image (set in its environment), when they run an app of ours.
+        workload: Option<WorkloadImage>,
     },
     /// The Go original (`-controller <controller>`), through `proxy`, which counts its
     /// requests and sends them on with the bench's (admin) credentials.
@@ -33,6 +47,8 @@ pub(super) enum Launcher {
         proxy: Arc<CountingProxy>,
         /// The kubeconfig pointing at the proxy.
         kubeconfig: PathBuf,
+        /// Its children's image (given as its flag), when they run an app of ours.
+        workload: Option<WorkloadImage>,
     },
 }
 
@@ -42,6 +58,13 @@ impl Launcher {
         match self {
             Launcher::Rust { .. } => "rust",
             Launcher::Go { .. } => "go",
+        }
+    }
+
+    /// The image its children's pods run, when they run an app of ours.
+    pub(super) fn workload(&self) -> Option<&WorkloadImage> {
+        match self {
+            Launcher::Rust { workload, .. } | Launcher::Go { workload, .. } => workload.as_ref(),
         }
     }
 
@@ -83,12 +106,19 @@ impl OperatorProcess {
     ) -> Result<Self> {
         let running = match launcher {
             Launcher::Rust {
-                binary, kubeconfig, ..
+                binary,
+                kubeconfig,
+                workload,
+                ..
             } => {
                 // Without the request lines `local_operator` asks for: the proxy counts.
                 let mut env = env.to_vec();
                 if !env.iter().any(|(k, _)| k == "RUST_LOG") {
                     env.insert(0, ("RUST_LOG".to_owned(), "info".to_owned()));
+                }
+                // Before `--env`'s, which it was read from when given there.
+                if let Some(w) = workload {
+                    env.insert(0, (w.env.to_owned(), w.image.clone()));
                 }
                 Running::Rust(LocalOperator::spawn(Launch {
                     binary,
@@ -103,6 +133,7 @@ impl OperatorProcess {
                 binary,
                 controller,
                 kubeconfig,
+                workload,
                 ..
             } => {
                 let (metrics_port, health_port) = (free_port()?, free_port()?);
@@ -114,6 +145,11 @@ impl OperatorProcess {
                     .arg(format!(
                         "-health-probe-bind-address=127.0.0.1:{health_port}"
                     ))
+                    .args(
+                        workload
+                            .iter()
+                            .map(|w| format!("-{}={}", w.go_flag, w.image)),
+                    )
                     .env("KUBECONFIG", kubeconfig)
                     .env("WATCH_NAMESPACE", namespace)
                     .envs(env.iter().map(|(k, v)| (k, v)))

@@ -48,6 +48,14 @@ pub(crate) struct RunRecord {
     pub request_counting: String,
     /// Writes one object needs at least to become Ready.
     pub minimum_writes_per_object: u64,
+    /// How the run read that an object is Ready (its status, or for the Go Lolcow and
+    /// PulsarConsumer, which write none worth reading, its children); empty in older files.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub readiness: String,
+    /// The image the children's pods ran (Lolcow, PulsarConsumer; the same for the Rust
+    /// operator and the Go original); empty for the other kinds and in older files.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub workload_image: String,
     /// From the start to idle (no objects).
     pub startup: Startup,
     /// From creating N objects to every one Ready.

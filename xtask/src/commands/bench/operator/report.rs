@@ -237,8 +237,11 @@ fn markdown(runs: &[RunRecord]) -> String {
          RSS is mostly the executable's own (file-backed, shared, reclaimable) pages.\n\
          - All Ready: from the first create to every object `Ready` (condition `True` for its \
          current generation; the Go originals: `readyReplicas` equal to `spec.replicas` for \
-         PodSet, `Available` for the current size for Memcached) with exactly the wanted \
-         pods, each pod `Ready`; p50/p99 per object, create request to Ready.\n\
+         PodSet, `Available` for the current size for Memcached, and for Lolcow and \
+         PulsarConsumer, which write no status worth reading, their Deployment rolled out at \
+         the current spec (and Lolcow's Service on `spec.port`): each record's `readiness`) \
+         with exactly the wanted pods, each pod `Ready`; p50/p99 per object, create request \
+         to Ready.\n\
          - Reaction: one object at rest changed at a time (scaled up or down by one through \
          its scale subresource, as `kubectl scale` does; Lolcow: its greeting edited), 12 \
          rounds; from just before the change is sent to the operator's first write to that \
@@ -458,6 +461,17 @@ pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
         row("commit", &|r| r.git_commit.clone().unwrap_or_default()),
     ];
     table(&mut md, &header, &align, rows);
+    // What Ready was read from, where a column's record says.
+    let mut notes: Vec<String> = Vec::new();
+    for r in &columns {
+        let note = format!("- {}: Ready read from {}.", name(r), r.readiness);
+        if !r.readiness.is_empty() && !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(md, "\n{}", notes.join("\n"));
+    }
     md
 }
 
@@ -685,7 +699,7 @@ mod tests {
             assert!(md.lines().any(|l| l == row), "no row {row} in\n{md}");
         }
         // The Go run has its own row in the main table, and none among the targets.
-        let main = markdown(&[rust, go]);
+        let main = markdown(&[rust.clone(), go]);
         assert!(main.contains("| podset (+5000 stranger pods) (Go original) | 10 |"));
         assert_eq!(
             main.matches("| podset-10 + 5000 stranger pods | met")
@@ -693,6 +707,25 @@ mod tests {
             1
         );
         assert!(side_by_side(&[]).contains("No pair recorded yet."));
+        // What each column read Ready from, when its record says.
+        let lolcow = RunRecord {
+            operator: "lolcow".to_owned(),
+            readiness: "its children".to_owned(),
+            ..rust.clone()
+        };
+        let lolcow_go = RunRecord {
+            implementation: "go".to_owned(),
+            readiness: "its Deployment".to_owned(),
+            ..lolcow.clone()
+        };
+        let md = side_by_side(&[lolcow, lolcow_go]);
+        for row in [
+            "| | Rust Lolcow (10 x 3) | Go Lolcow (10 x 3) |",
+            "- Rust Lolcow (10 x 3): Ready read from its children.",
+            "- Go Lolcow (10 x 3): Ready read from its Deployment.",
+        ] {
+            assert!(md.lines().any(|l| l == row), "no row {row} in\n{md}");
+        }
         Ok(())
     }
 }

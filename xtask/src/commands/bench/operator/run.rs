@@ -23,15 +23,14 @@ use xtask::say;
 
 /// Creates a fresh bench namespace (`--namespaces K`: K of them), runs every phase in it
 /// against what `launcher` starts (its status read as `shape` says), deletes it. `client`: the bench's own
-/// (admin).
+/// (admin). Returns the namespaces (being deleted), and the run's record.
 pub(super) async fn bench(
     args: &OperatorArgs,
     launcher: &Launcher,
     shape: StatusShape,
     client: &Client,
-) -> Result<RunRecord> {
+) -> (Vec<String>, Result<RunRecord>) {
     let op = args.operator;
-    let client = client.clone();
     let base = format!(
         "bench-{}{}-{}-{}",
         op.name(),
@@ -48,8 +47,21 @@ pub(super) async fn bench(
         1 => vec![base],
         k => (0..k).map(|i| format!("{base}-{i}")).collect(),
     };
+    let result = bench_in(args, launcher, shape, client, &namespaces).await;
+    (namespaces, result)
+}
+
+/// [`bench`] in `namespaces`, created here and deleted at the end.
+async fn bench_in(
+    args: &OperatorArgs,
+    launcher: &Launcher,
+    shape: StatusShape,
+    client: &Client,
+    namespaces: &[String],
+) -> Result<RunRecord> {
+    let (op, client) = (args.operator, client.clone());
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    for namespace in &namespaces {
+    for namespace in namespaces {
         let ns: Namespace = serde_json::from_value(json!({
             "metadata": {
                 "name": namespace,
@@ -59,7 +71,7 @@ pub(super) async fn bench(
             }
         }))?;
         if let Err(e) = ns_api.create(&PostParams::default(), &ns).await {
-            cleanup(&client, op, &namespaces).await;
+            cleanup(&client, op, namespaces).await;
             return Err(e.into());
         }
     }
@@ -69,7 +81,7 @@ pub(super) async fn bench(
         launcher,
         shape,
         client: &client,
-        namespaces: &namespaces,
+        namespaces,
     };
     // Ctrl-C or SIGTERM mid-run: the phases are dropped (which stops the operator, so it
     // cannot put a finalizer back), then the same clean-up as after a finished run.
@@ -80,8 +92,28 @@ pub(super) async fn bench(
             Err(anyhow!("interrupted by {signal}"))
         }
     };
-    cleanup(&client, op, &namespaces).await;
+    cleanup(&client, op, namespaces).await;
     result
+}
+
+/// Waits until `namespaces` (a run's, being deleted) are gone, at most `timeout`; returns
+/// whether they are.
+pub(super) async fn wait_gone(
+    client: &Client,
+    namespaces: &[String],
+    timeout: Duration,
+) -> Result<bool> {
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let deadline = Instant::now() + timeout;
+    for namespace in namespaces {
+        while ns_api.get_opt(namespace).await?.is_some() {
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    Ok(true)
 }
 
 /// Waits for SIGINT (Ctrl-C) or SIGTERM and names it; never ends when the handlers
@@ -255,6 +287,13 @@ fn assemble(run: &Session<'_>, phases: Phases) -> RunRecord {
         operator_env: args.env.clone(),
         request_counting,
         minimum_writes_per_object: op.minimum_writes(args.replicas),
+        readiness: run.target.shape.describe().to_owned(),
+        workload_image: run
+            .target
+            .launcher
+            .workload()
+            .map(|w| w.image.clone())
+            .unwrap_or_default(),
         startup,
         create,
         pods,
