@@ -324,8 +324,12 @@ where
         );
         let controller = controller.reconcile_on(resync);
         let reconciler = {
-            let (guard, status) = (guard.clone(), status.clone());
-            move |obj, ctx| guard.clone().reconcile(status.clone(), obj, ctx)
+            let (guard, status, store) = (guard.clone(), status.clone(), controller.store());
+            move |obj, ctx| {
+                guard
+                    .clone()
+                    .reconcile(status.clone(), store.clone(), obj, ctx)
+            }
         };
         let error_policy = {
             let guard = guard.clone();

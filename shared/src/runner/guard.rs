@@ -7,7 +7,10 @@ use std::{future::Future, sync::Arc, time::Instant};
 use futures::FutureExt;
 use kube::{
     Resource, ResourceExt,
-    runtime::controller::{self, Action},
+    runtime::{
+        controller::{self, Action},
+        reflector::{ObjectRef, Store},
+    },
 };
 use tracing::Instrument;
 
@@ -52,16 +55,28 @@ pub(super) struct Guard<K, Ctx, Fut> {
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }
 
-impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
+impl<K, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
     /// Reconciles `obj` once every watch of its scope (`synced`) has its first full list:
     /// kube's Controller only waits for the primary store, and a reconcile that sees the
     /// children's cache still empty would, after a restart, create children that already
     /// exist. Each scope waits for its own watches only, so a namespace whose watches fail
     /// (its RoleBinding removed, say) does not hold back the others: it is logged, retried
     /// by the watcher's backoff, and named in the `/readyz` body.
+    ///
+    /// Then it waits for a reconcile slot ([`Guard::slots`], in turn by namespace). kube's
+    /// queue runs with no limit of its own, so every trigger kube hands over waits here,
+    /// and a burst of N objects is N of these futures at once. While one waits it holds
+    /// only the object, its key and span and the wait itself: the reconcile's own future
+    /// (which can be kilobytes: every state of the operator's reconcile) is made, boxed,
+    /// once the slot is taken. The object is then read again from the scope's `store`, as
+    /// kube's own queue would hand it over at that moment, and the debounce asked then.
     pub(super) fn reconcile<E>(
         self: Arc<Self>,
         mut synced: tokio::sync::watch::Receiver<ScopeStatus>,
+        store: Store<K>,
         obj: Arc<K>,
         ctx: Arc<Ctx>,
     ) -> impl Future<Output = Result<Action, E>>
@@ -76,30 +91,61 @@ impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
             // An error means the runner is shutting down; the reconcile then runs on
             // whatever the caches hold, as before.
             let _ = synced.wait_for(ScopeStatus::synced).await;
-            // tokio's clock (the same as std's outside paused-time tests).
-            let now = tokio::time::Instant::now().into_std();
-            // A deferred resync would sit in kube's scheduler, taking back the room the
-            // bounded resync saves.
-            let resync = self.resyncs.claim(&key);
-            let generation = obj.meta().generation;
-            if resync {
-                self.debounce.ran(&key, generation);
-            } else if let Gate::Wait(wait) = self
-                .debounce
-                .check(&key, generation, now, || ctx.progress(obj.as_ref()))
-            {
-                record_result(&tracing::Span::current(), "deferred");
-                return Ok(Action::requeue(wait));
-            }
-            let _slot = self
+            let slot = self
                 .slots
                 .acquire(obj.meta().namespace.as_deref().unwrap_or_default())
                 .await;
-            let _worker = queued.start();
-            let reconcile = (self.reconcile)(obj, ctx);
-            guarded_reconcile(controller, &key, &self.metrics, &self.backoff, reconcile).await
+            let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
+                // Deleted while it waited: what kube reports as `ObjectNotFound`.
+                self.forget(&key);
+                return Ok(Action::await_change());
+            };
+            if let Some(generation) = obj.meta().generation {
+                tracing::Span::current().record("generation", generation);
+            }
+            Box::pin(self.run_in_slot(obj, ctx, key, queued, slot)).await
         }
         .instrument(span)
+    }
+
+    /// The debounce, then the reconcile with its metrics, in the slot taken by
+    /// [`Guard::reconcile`].
+    async fn run_in_slot<E>(
+        &self,
+        obj: Arc<K>,
+        ctx: Arc<Ctx>,
+        key: String,
+        queued: crate::runner::metrics::Queued,
+        _slot: crate::runner::fair::Slot,
+    ) -> Result<Action, E>
+    where
+        Fut: Future<Output = Result<Action, E>>,
+    {
+        // tokio's clock (the same as std's outside paused-time tests).
+        let now = tokio::time::Instant::now().into_std();
+        // A deferred resync would sit in kube's scheduler, taking back the room the
+        // bounded resync saves.
+        let resync = self.resyncs.claim(&key);
+        let generation = obj.meta().generation;
+        if resync {
+            self.debounce.ran(&key, generation);
+        } else if let Gate::Wait(wait) = self
+            .debounce
+            .check(&key, generation, now, || ctx.progress(obj.as_ref()))
+        {
+            record_result(&tracing::Span::current(), "deferred");
+            return Ok(Action::requeue(wait));
+        }
+        let _worker = queued.start();
+        let reconcile = (self.reconcile)(obj, ctx);
+        guarded_reconcile(
+            self.controller,
+            &key,
+            &self.metrics,
+            &self.backoff,
+            reconcile,
+        )
+        .await
     }
 
     /// The error policy: logs the failure and retries the object after its backoff.
@@ -108,6 +154,16 @@ impl<K: Resource, Ctx: Pacing<K>, Fut> Guard<K, Ctx, Fut> {
         let wait = self.backoff.failed(&key);
         tracing::warn!(controller = self.controller, object = %key, %error, kind = error.metric_label(), retry_in = ?wait, "reconcile failed");
         Action::requeue(wait)
+    }
+}
+
+impl<K, Ctx, Fut> Guard<K, Ctx, Fut> {
+    /// Drops what is kept of the object `key` (gone): its backoff, debounce and queued
+    /// resync.
+    pub(super) fn forget(&self, key: &str) {
+        self.backoff.forget(key);
+        self.debounce.forget(key);
+        self.resyncs.claim(key);
     }
 }
 
@@ -179,10 +235,7 @@ pub(super) fn on_controller_result<K: Resource, Ctx, Fut, E: ReconcileError>(
     match result {
         Ok(_) => {}
         Err(controller::Error::ObjectNotFound(obj)) => {
-            let key = ref_key(&obj);
-            guard.backoff.forget(&key);
-            guard.debounce.forget(&key);
-            guard.resyncs.claim(&key);
+            guard.forget(&ref_key(&obj));
             tracing::debug!(controller, object = %obj, "object gone before reconcile");
         }
         Err(controller::Error::ReconcilerFailed(..)) => {} // logged by the error policy
@@ -257,6 +310,121 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("failed")]
     struct Failed;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::{reflector, watcher};
+
+    /// A context that folds nothing the debounce asks about.
+    struct Settled;
+    impl Pacing<ConfigMap> for Settled {}
+
+    /// A reconcile whose future is large (64 KiB held across an await), as an operator's
+    /// reconcile with many states can be: it answers the object's `data.seen`.
+    async fn large(cm: Arc<ConfigMap>, _: Arc<Settled>) -> Result<Action, Failed> {
+        let buffer = [7u8; 64 * 1024];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&buffer);
+        let seen = cm.data.as_ref().and_then(|d| d.get("seen")).cloned();
+        Ok(Action::requeue(Duration::from_secs(
+            seen.and_then(|s| s.parse().ok()).unwrap_or(0),
+        )))
+    }
+
+    /// A guard of `slots` slots around [`large`].
+    fn guard(
+        slots: usize,
+    ) -> Arc<Guard<ConfigMap, Settled, impl Future<Output = Result<Action, Failed>>>> {
+        Arc::new(Guard {
+            controller: "test",
+            metrics: Metrics::new(),
+            backoff: ErrorBackoff::default(),
+            debounce: crate::backoff::Debounce::new(Duration::ZERO, Duration::ZERO),
+            resyncs: Arc::new(super::super::Admission::new(8)),
+            status_writes: Arc::new(crate::status::StatusWrites::default()),
+            slots: crate::runner::fair::FairSlots::new(slots),
+            reconcile: large,
+        })
+    }
+
+    /// The config map `ns/a` with `data.seen`.
+    fn config_map(seen: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            data: Some([("seen".to_owned(), seen.to_owned())].into()),
+            ..Default::default()
+        }
+    }
+
+    /// A scope whose one watch has listed.
+    fn synced() -> tokio::sync::watch::Receiver<ScopeStatus> {
+        let (tx, rx) = tokio::sync::watch::channel(ScopeStatus {
+            namespace: Some("ns".into()),
+            watches: vec![crate::namespaces::WatchStatus {
+                kind: "ConfigMap".into(),
+                synced: true,
+                error: None,
+            }],
+        });
+        std::mem::forget(tx);
+        rx
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_waiting_for_its_slot_is_small_and_runs_on_the_latest_object() {
+        let guard = guard(1);
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map("1")));
+        let held = guard.slots.acquire("ns").await;
+        let waiting = guard.clone().reconcile::<Failed>(
+            synced(),
+            store,
+            Arc::new(config_map("1")),
+            Arc::new(Settled),
+        );
+        // A burst of N objects is N of these at once: each must not carry the
+        // reconcile's own future, which is made once the slot is taken.
+        let own = std::mem::size_of_val(&large(Arc::new(config_map("1")), Arc::new(Settled)));
+        assert!(own >= 64 * 1024, "{own}");
+        let size = std::mem::size_of_val(&waiting);
+        assert!(size < 4 * 1024, "a waiting reconcile is {size} bytes");
+        let mut waiting = Box::pin(waiting);
+        assert!(futures::poll!(&mut waiting).is_pending());
+        // Changed while it waited: the reconcile sees the change, as kube's own queue
+        // would have handed it over.
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map("2")));
+        drop(held);
+        assert_eq!(
+            waiting.await.unwrap(),
+            Action::requeue(Duration::from_secs(2))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_object_deleted_while_it_waited_is_not_reconciled() {
+        let guard = guard(1);
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map("1")));
+        let held = guard.slots.acquire("ns").await;
+        let mut waiting = Box::pin(guard.clone().reconcile::<Failed>(
+            synced(),
+            store,
+            Arc::new(config_map("1")),
+            Arc::new(Settled),
+        ));
+        assert!(futures::poll!(&mut waiting).is_pending());
+        writer.apply_watcher_event(&watcher::Event::Delete(config_map("1")));
+        drop(held);
+        assert_eq!(waiting.await.unwrap(), Action::await_change());
+        let text = guard.metrics.encode();
+        assert!(
+            !text.contains(r#"controller_runtime_reconcile_total{controller="test""#),
+            "not reconciled: {text}"
+        );
+    }
 
     #[tokio::test]
     async fn a_panicking_reconcile_is_recovered_counted_and_retried() {
