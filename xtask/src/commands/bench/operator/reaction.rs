@@ -4,8 +4,10 @@
 //! through its scale subresource (`kubectl scale`) where the kind has one, else a field of
 //! its spec edited (Lolcow: the greeting). Each round times, from just before the bench
 //! sends the change, (a) the operator's first write to that object's children and (b)
-//! the object's status showing the change done (Ready at the new spec), both as the
-//! bench's own watches see them (their clock: when the event reached the bench). Rounds
+//! the object's status showing the change done (Ready at the new spec; for the Go Lolcow
+//! and PulsarConsumer, which write no status worth reading, their Deployment (and the
+//! Lolcow's Service) showing it, see `StatusShape`), both as the bench's own watches see
+//! them (their clock: when the event reached the bench). Rounds
 //! use a different object each (the first, second, ...), each at rest since the objects
 //! converged, and the next round starts once the last one has converged and a second
 //! has passed.

@@ -164,7 +164,8 @@ pub(crate) struct Create {
     pub submit_seconds: f64,
     /// Until every object was Ready with exactly the wanted pods, each pod Ready.
     pub all_ready_seconds: f64,
-    /// Until every object's own status first said Ready.
+    /// Until every object's own status first said Ready (for the Go Lolcow and
+    /// PulsarConsumer, its children: see `readiness`).
     pub objects_ready_seconds: f64,
     /// Until exactly the wanted pods first existed, each Ready.
     pub pods_ready_seconds: f64,
@@ -277,7 +278,8 @@ pub(crate) struct Reaction {
     /// Their 99th percentile.
     pub child_write_p99_seconds: f64,
     /// To the status that shows the change done (Ready at the new spec, as the
-    /// implementation's status says it), per round.
+    /// implementation's status says it; for the Go Lolcow and PulsarConsumer, as their
+    /// children say it: see `readiness`), per round.
     pub status_seconds: Vec<f64>,
     /// Their median.
     pub status_p50_seconds: f64,

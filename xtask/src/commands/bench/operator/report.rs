@@ -246,7 +246,8 @@ fn markdown(runs: &[RunRecord]) -> String {
          its scale subresource, as `kubectl scale` does; Lolcow: its greeting edited), 12 \
          rounds; from just before the change is sent to the operator's first write to that \
          object's children (a pod created or marked for deletion, a Deployment created or its \
-         spec changed), and to the status showing the change done (Ready at the new spec). \
+         spec changed), and to the status showing the change done (Ready at the new spec; \
+         the Go Lolcow and PulsarConsumer: their children showing it, as for all Ready). \
          Both ends are seen by the bench's own watches (the time each event reached the \
          bench).\n\
          - Requests and writes: the create phase (until all Ready), counted at the client \
