@@ -176,6 +176,7 @@ impl Operator {
             resyncs: Arc::new(Admission::new(RESYNC_QUEUED)),
             status_writes,
             slots: crate::runner::fair::FairSlots::new(usize::from(args.max_concurrent_reconciles)),
+            waiting: Arc::default(),
             reconcile,
         });
         metrics.controller_started(self.controller, args.max_concurrent_reconciles);
@@ -322,13 +323,15 @@ where
             scope.lists(),
             guard.resyncs.clone(),
         );
-        let controller = controller.reconcile_on(resync);
+        // The objects whose turn for a reconcile slot came (`Guard::reconcile`).
+        let (turns, turn_triggers) = futures::channel::mpsc::unbounded();
+        let controller = controller.reconcile_on(resync).reconcile_on(turn_triggers);
         let reconciler = {
-            let (guard, status, store) = (guard.clone(), status.clone(), controller.store());
+            let (guard, status) = (guard.clone(), status.clone());
             move |obj, ctx| {
                 guard
                     .clone()
-                    .reconcile(status.clone(), store.clone(), obj, ctx)
+                    .reconcile(status.clone(), turns.clone(), obj, ctx)
             }
         };
         let error_policy = {

@@ -27,9 +27,27 @@ struct State {
     /// Slots nobody holds.
     free: usize,
     /// The waiters of each namespace, earliest first.
-    waiting: HashMap<Arc<str>, VecDeque<oneshot::Sender<()>>>,
+    waiting: HashMap<Arc<str>, VecDeque<Waiter>>,
     /// The namespaces with waiters, in the order they are served.
     turn: VecDeque<Arc<str>>,
+}
+
+/// Someone waiting for a slot.
+enum Waiter {
+    /// A task parked in [`FairSlots::acquire`].
+    Task(oneshot::Sender<()>),
+    /// A call queued by [`FairSlots::try_acquire_or_queue`], made with the slot (outside
+    /// the lock: dropping the slot there hands it on).
+    Call(Box<dyn FnOnce(Slot) + Send>),
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Waiter::Task(_) => "Task",
+            Waiter::Call(_) => "Call",
+        })
+    }
 }
 
 /// A slot, held until dropped (then handed to the next waiter in turn).
@@ -62,6 +80,23 @@ impl Drop for Waiting {
     }
 }
 
+impl State {
+    /// Queues `waiter` in `namespace`, last (or `first`), which takes its turn if it had
+    /// no waiter.
+    fn push(&mut self, namespace: &str, first: bool, waiter: Waiter) {
+        let key: Arc<str> = namespace.into();
+        let queue = self.waiting.entry(Arc::clone(&key)).or_default();
+        if queue.is_empty() {
+            self.turn.push_back(key);
+        }
+        if first {
+            queue.push_front(waiter);
+        } else {
+            queue.push_back(waiter);
+        }
+    }
+}
+
 impl FairSlots {
     /// `slots` slots (at least one).
     pub(crate) fn new(slots: usize) -> Arc<Self> {
@@ -82,20 +117,11 @@ impl FairSlots {
     pub(crate) async fn acquire(self: &Arc<Self>, namespace: &str) -> Slot {
         let slot = {
             let mut state = self.state();
-            if state.free > 0 && state.turn.is_empty() {
-                state.free -= 1;
-                return Slot {
-                    slots: Arc::clone(self),
-                };
+            if let Some(slot) = self.take_free(&mut state) {
+                return slot;
             }
             let (tx, rx) = oneshot::channel();
-            let key: Arc<str> = namespace.into();
-            let State { waiting, turn, .. } = &mut *state;
-            let queue = waiting.entry(Arc::clone(&key)).or_default();
-            if queue.is_empty() {
-                turn.push_back(key);
-            }
-            queue.push_back(tx);
+            state.push(namespace, false, Waiter::Task(tx));
             rx
         };
         let mut waiting = Waiting {
@@ -111,32 +137,73 @@ impl FairSlots {
         }
     }
 
-    /// Hands a freed slot to the first waiter of the namespace whose turn it is, or keeps it.
-    fn release(&self) {
+    /// A slot for work in `namespace` now, if one is free and nobody waits; else `granted`
+    /// is queued in the namespace's turn (`first`: before the namespace's other waiters)
+    /// and called with the slot when its turn comes (by whoever frees it). Nothing waits
+    /// meanwhile: a queued call is all the memory a waiting reconcile takes.
+    pub(crate) fn try_acquire_or_queue(
+        self: &Arc<Self>,
+        namespace: &str,
+        first: bool,
+        granted: impl FnOnce(Slot) + Send + 'static,
+    ) -> Option<Slot> {
         let mut state = self.state();
-        let State {
-            free,
-            waiting,
-            turn,
-        } = &mut *state;
-        while let Some(namespace) = turn.pop_front() {
-            let Some(queue) = waiting.get_mut(&namespace) else {
-                continue;
-            };
-            let next = queue.pop_front();
-            if queue.is_empty() {
-                waiting.remove(&namespace);
-            } else {
-                turn.push_back(namespace);
-            }
-            // A waiter that gave up is skipped.
-            if let Some(tx) = next
-                && tx.send(()).is_ok()
-            {
-                return;
-            }
+        let slot = self.take_free(&mut state);
+        if slot.is_none() {
+            state.push(namespace, first, Waiter::Call(Box::new(granted)));
         }
-        *free += 1;
+        slot
+    }
+
+    /// A free slot when nobody waits for one.
+    fn take_free(self: &Arc<Self>, state: &mut State) -> Option<Slot> {
+        (state.free > 0 && state.turn.is_empty()).then(|| {
+            state.free -= 1;
+            Slot {
+                slots: Arc::clone(self),
+            }
+        })
+    }
+
+    /// Hands a freed slot to the first waiter of the namespace whose turn it is, or keeps it.
+    fn release(self: &Arc<Self>) {
+        let call = {
+            let mut state = self.state();
+            let State {
+                free,
+                waiting,
+                turn,
+            } = &mut *state;
+            loop {
+                let Some(namespace) = turn.pop_front() else {
+                    *free += 1;
+                    return;
+                };
+                let Some(queue) = waiting.get_mut(&namespace) else {
+                    continue;
+                };
+                let next = queue.pop_front();
+                if queue.is_empty() {
+                    waiting.remove(&namespace);
+                } else {
+                    turn.push_back(namespace);
+                }
+                match next {
+                    // A waiter that gave up is skipped.
+                    Some(Waiter::Task(tx)) => {
+                        let taken = tx.send(()).is_ok();
+                        if taken {
+                            return;
+                        }
+                    }
+                    Some(Waiter::Call(call)) => break call,
+                    None => {}
+                }
+            }
+        };
+        call(Slot {
+            slots: Arc::clone(self),
+        });
     }
 
     /// How many namespaces have reconciles waiting (for tests).
@@ -211,6 +278,34 @@ mod tests {
             "b waited for one slot of a, not for its burst: {order:?}"
         );
         assert!(at("c0") <= 4, "c after b, before the rest of a: {order:?}");
+        assert_eq!(slots.namespaces_waiting(), 0);
+    }
+
+    #[test]
+    fn a_queued_call_gets_its_slot_in_turn_and_a_slot_dropped_there_goes_on() {
+        let slots = FairSlots::new(1);
+        let held = slots.try_acquire_or_queue("a", false, |_| panic!("a slot was free"));
+        assert!(held.is_some());
+        let kept = Arc::new(StdMutex::new(Vec::new()));
+        let served = Arc::new(StdMutex::new(Vec::new()));
+        // a3 is queued first in a's turn.
+        for (who, keep) in [("a1", false), ("a2", true), ("b1", true), ("a3", false)] {
+            let (kept, served) = (Arc::clone(&kept), Arc::clone(&served));
+            let first = who == "a3";
+            let queued = slots.try_acquire_or_queue(&who[..1], first, move |slot| {
+                served.lock().unwrap().push(who);
+                if keep {
+                    kept.lock().unwrap().push(slot);
+                }
+            });
+            assert!(queued.is_none(), "no slot free for {who}");
+        }
+        drop(held);
+        // a3 let its slot go at once: b's turn came before a's second.
+        assert_eq!(*served.lock().unwrap(), ["a3", "b1"]);
+        let slot = kept.lock().unwrap().pop();
+        drop(slot);
+        assert_eq!(*served.lock().unwrap(), ["a3", "b1", "a1", "a2"]);
         assert_eq!(slots.namespaces_waiting(), 0);
     }
 

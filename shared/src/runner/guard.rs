@@ -2,23 +2,29 @@
 //! debounce, metrics and a log (and trace) span, panic recovery, and the per-object
 //! error backoff.
 
-use std::{future::Future, sync::Arc, time::Instant};
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
 
 use futures::FutureExt;
 use kube::{
     Resource, ResourceExt,
     runtime::{
         controller::{self, Action},
-        reflector::{ObjectRef, Store},
+        reflector::ObjectRef,
     },
 };
 use tracing::Instrument;
 
 use crate::{
-    backoff::{Debounce, ErrorBackoff, Gate},
+    backoff::{Debounce, ErrorBackoff, Gate, Progress},
     error::ReconcileError,
     namespaces::ScopeStatus,
-    runner::metrics::{Metrics, ReconcileResult},
+    runner::fair::Slot,
+    runner::metrics::{Metrics, Queued, ReconcileResult},
     runner::toolkit::Pacing,
 };
 
@@ -51,6 +57,8 @@ pub(super) struct Guard<K, Ctx, Fut> {
     pub(super) status_writes: Arc<crate::status::StatusWrites>,
     /// The reconcile slots (`--max-concurrent-reconciles`), taken in turn by namespace.
     pub(super) slots: Arc<crate::runner::fair::FairSlots>,
+    /// The objects waiting for a slot, and the slots kept for them.
+    pub(super) waiting: Arc<Waiting>,
     /// The operator's reconcile.
     pub(super) reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
 }
@@ -66,46 +74,68 @@ where
     /// (its RoleBinding removed, say) does not hold back the others: it is logged, retried
     /// by the watcher's backoff, and named in the `/readyz` body.
     ///
-    /// Then it waits for a reconcile slot ([`Guard::slots`], in turn by namespace). kube's
-    /// queue runs with no limit of its own, so every trigger kube hands over waits here,
-    /// and a burst of N objects is N of these futures at once. While one waits it holds
-    /// only the object, its key and span and the wait itself: the reconcile's own future
-    /// (which can be kilobytes: every state of the operator's reconcile) is made, boxed,
-    /// once the slot is taken. The object is then read again from the scope's `store`, as
-    /// kube's own queue would hand it over at that moment, and the debounce asked then.
-    pub(super) fn reconcile<E>(
+    /// Then it takes a reconcile slot ([`Guard::slots`], in turn by namespace). kube's
+    /// queue runs with no limit of its own (its hand-out at a limit is in no fair order),
+    /// so every trigger reaches this. When no slot is free, the object is queued for one
+    /// ([`Waiting`]) and this returns at once, holding nothing: when its turn comes, the
+    /// slot is kept for it and `trigger` (a `reconcile_on` stream of the scope's
+    /// controller) asks kube for the object again, which hands over the latest one; that
+    /// reconcile runs in the slot kept. kube then never holds more running reconciles
+    /// than there are slots, and a burst of N objects waits as N queued names.
+    pub(super) async fn reconcile<E>(
         self: Arc<Self>,
         mut synced: tokio::sync::watch::Receiver<ScopeStatus>,
-        store: Store<K>,
+        trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<K>>,
         obj: Arc<K>,
         ctx: Arc<Ctx>,
-    ) -> impl Future<Output = Result<Action, E>>
+    ) -> Result<Action, E>
     where
         Fut: Future<Output = Result<Action, E>>,
     {
-        let controller = self.controller;
+        // An error means the runner is shutting down; the reconcile then runs on
+        // whatever the caches hold, as before.
+        let _ = synced.wait_for(ScopeStatus::synced).await;
         let key = object_key(obj.as_ref());
-        let span = reconcile_span(controller, obj.as_ref(), &key);
-        async move {
-            let queued = self.metrics.queued(controller);
-            // An error means the runner is shutting down; the reconcile then runs on
-            // whatever the caches hold, as before.
-            let _ = synced.wait_for(ScopeStatus::synced).await;
-            let slot = self
-                .slots
-                .acquire(obj.meta().namespace.as_deref().unwrap_or_default())
-                .await;
-            let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
-                // Deleted while it waited: what kube reports as `ObjectNotFound`.
-                self.forget(&key);
-                return Ok(Action::await_change());
-            };
-            if let Some(generation) = obj.meta().generation {
-                tracing::Span::current().record("generation", generation);
+        let (slot, queued) = match self.waiting.granted(&key) {
+            Some(granted) => granted,
+            // Already in the queue: this trigger is folded into its turn.
+            None if self.waiting.is_queued(&key) => return Ok(Action::await_change()),
+            None => {
+                let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
+                // In the map before its turn can come (from another task's release).
+                self.waiting
+                    .queue(&key, self.metrics.queued(self.controller));
+                let granted = {
+                    let (waiting, key) = (Arc::clone(&self.waiting), key.clone());
+                    let obj = ObjectRef::from_obj(obj.as_ref());
+                    move |slot| {
+                        Waiting::grant(&waiting, key, slot, move || {
+                            trigger.unbounded_send(obj).is_ok()
+                        });
+                    }
+                };
+                // A trigger that completes its object goes before its namespace's others:
+                // the object is done sooner, and what it holds meanwhile is let go.
+                let completes = matches!(ctx.progress(obj.as_ref()), Progress::Completes);
+                let Some(slot) = self
+                    .slots
+                    .try_acquire_or_queue(namespace, completes, granted)
+                else {
+                    return Ok(Action::await_change());
+                };
+                let queued = self
+                    .waiting
+                    .unqueue(&key)
+                    .unwrap_or_else(|| self.metrics.queued(self.controller));
+                (slot, queued)
             }
-            Box::pin(self.run_in_slot(obj, ctx, key, queued, slot)).await
-        }
-        .instrument(span)
+        };
+        let span = reconcile_span(self.controller, obj.as_ref(), &key);
+        Box::pin(
+            self.run_in_slot(obj, ctx, key, queued, slot)
+                .instrument(span),
+        )
+        .await
     }
 
     /// The debounce, then the reconcile with its metrics, in the slot taken by
@@ -115,8 +145,8 @@ where
         obj: Arc<K>,
         ctx: Arc<Ctx>,
         key: String,
-        queued: crate::runner::metrics::Queued,
-        _slot: crate::runner::fair::Slot,
+        queued: Queued,
+        _slot: Slot,
     ) -> Result<Action, E>
     where
         Fut: Future<Output = Result<Action, E>>,
@@ -157,10 +187,136 @@ where
     }
 }
 
+/// How long a slot kept for a queued object waits for kube to hand the object over
+/// (normally at once; an object deleted meanwhile is reported and forgotten sooner):
+/// after this the slot goes to the next in turn.
+const GRANT_CLAIM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The objects waiting for a reconcile slot, by key, and the slots kept for them until
+/// kube hands them over again ([`Guard::reconcile`]).
+#[derive(Debug, Default)]
+pub(super) struct Waiting {
+    entries: Mutex<HashMap<String, Wait>>,
+    /// Tells one grant of a key from a later one (for [`GRANT_CLAIM_TIMEOUT`]).
+    grants: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug)]
+enum Wait {
+    /// In the slots' queue, waiting since the work-queue entry was made.
+    Queued(Queued),
+    /// Its turn came: the slot kept for it (grant `id`).
+    Granted { slot: Slot, queued: Queued, id: u64 },
+}
+
+impl Waiting {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Wait>> {
+        // Each statement leaves the map consistent: a panic elsewhere cannot break it.
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `key`, with its work-queue entry.
+    fn queue(&self, key: &str, queued: Queued) {
+        self.entries().insert(key.to_owned(), Wait::Queued(queued));
+    }
+
+    /// Whether `key` is queued and its turn has not come.
+    fn is_queued(&self, key: &str) -> bool {
+        matches!(self.entries().get(key), Some(Wait::Queued(_)))
+    }
+
+    /// Takes `key` out of the queue (a slot came at once), with its work-queue entry.
+    fn unqueue(&self, key: &str) -> Option<Queued> {
+        let mut entries = self.entries();
+        match entries.remove(key) {
+            Some(Wait::Queued(queued)) => Some(queued),
+            Some(other) => {
+                entries.insert(key.to_owned(), other);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// The slot kept for `key`, if its turn came.
+    fn granted(&self, key: &str) -> Option<(Slot, Queued)> {
+        let mut entries = self.entries();
+        match entries.remove(key) {
+            Some(Wait::Granted { slot, queued, .. }) => Some((slot, queued)),
+            Some(other) => {
+                entries.insert(key.to_owned(), other);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// `key`'s turn: keeps `slot` for it and asks kube for the object (`ask`); the slot
+    /// goes on to the next in turn when `key` was forgotten meanwhile, when `ask` fails
+    /// (the controller is gone), or when nobody claims it in [`GRANT_CLAIM_TIMEOUT`].
+    fn grant(this: &Arc<Self>, key: String, slot: Slot, ask: impl FnOnce() -> bool) {
+        let id = this
+            .grants
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let kept = {
+            let mut entries = this.entries();
+            match entries.remove(&key) {
+                Some(Wait::Queued(queued)) => {
+                    entries.insert(key.clone(), Wait::Granted { slot, queued, id });
+                    None
+                }
+                other => {
+                    if let Some(other) = other {
+                        entries.insert(key.clone(), other);
+                    }
+                    Some(slot)
+                }
+            }
+        };
+        // Dropped outside the lock: a slot let go is handed on at once, maybe to a call
+        // that takes the lock.
+        if let Some(unused) = kept {
+            drop(unused);
+            return;
+        }
+        if !ask() {
+            this.expire(&key, id);
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let this = Arc::clone(this);
+            runtime.spawn(async move {
+                tokio::time::sleep(GRANT_CLAIM_TIMEOUT).await;
+                this.expire(&key, id);
+            });
+        }
+    }
+
+    /// Lets go of the slot of grant `id` of `key` if still unclaimed.
+    fn expire(&self, key: &str, id: u64) {
+        let expired = {
+            let mut entries = self.entries();
+            match entries.get(key) {
+                Some(Wait::Granted { id: kept, .. }) if *kept == id => entries.remove(key),
+                _ => None,
+            }
+        };
+        drop(expired);
+    }
+
+    /// Forgets `key` (its object is gone): its slot, if kept, goes to the next in turn;
+    /// a turn still to come finds nobody and passes the slot on.
+    fn forget(&self, key: &str) {
+        let gone = self.entries().remove(key);
+        drop(gone);
+    }
+}
+
 impl<K, Ctx, Fut> Guard<K, Ctx, Fut> {
     /// Drops what is kept of the object `key` (gone): its backoff, debounce and queued
     /// resync.
     pub(super) fn forget(&self, key: &str) {
+        self.waiting.forget(key);
         self.backoff.forget(key);
         self.debounce.forget(key);
         self.resyncs.claim(key);
@@ -312,7 +468,6 @@ mod tests {
     struct Failed;
 
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::runtime::{reflector, watcher};
 
     /// A context that folds nothing the debounce asks about.
     struct Settled;
@@ -342,6 +497,7 @@ mod tests {
             resyncs: Arc::new(super::super::Admission::new(8)),
             status_writes: Arc::new(crate::status::StatusWrites::default()),
             slots: crate::runner::fair::FairSlots::new(slots),
+            waiting: Arc::default(),
             reconcile: large,
         })
     }
@@ -373,57 +529,78 @@ mod tests {
         rx
     }
 
-    #[tokio::test]
-    async fn a_reconcile_waiting_for_its_slot_is_small_and_runs_on_the_latest_object() {
-        let guard = guard(1);
-        let (store, mut writer) = reflector::store::<ConfigMap>();
-        writer.apply_watcher_event(&watcher::Event::Apply(config_map("1")));
-        let held = guard.slots.acquire("ns").await;
-        let waiting = guard.clone().reconcile::<Failed>(
-            synced(),
-            store,
-            Arc::new(config_map("1")),
-            Arc::new(Settled),
-        );
-        // A burst of N objects is N of these at once: each must not carry the
-        // reconcile's own future, which is made once the slot is taken.
-        let own = std::mem::size_of_val(&large(Arc::new(config_map("1")), Arc::new(Settled)));
-        assert!(own >= 64 * 1024, "{own}");
-        let size = std::mem::size_of_val(&waiting);
-        assert!(size < 4 * 1024, "a waiting reconcile is {size} bytes");
-        let mut waiting = Box::pin(waiting);
-        assert!(futures::poll!(&mut waiting).is_pending());
-        // Changed while it waited: the reconcile sees the change, as kube's own queue
-        // would have handed it over.
-        writer.apply_watcher_event(&watcher::Event::Apply(config_map("2")));
-        drop(held);
-        assert_eq!(
-            waiting.await.unwrap(),
-            Action::requeue(Duration::from_secs(2))
-        );
+    /// Whether `metrics` counted a reconcile.
+    fn reconciled(metrics: &Metrics) -> bool {
+        metrics
+            .encode()
+            .contains(r#"controller_runtime_reconcile_total{controller="test""#)
     }
 
     #[tokio::test]
-    async fn an_object_deleted_while_it_waited_is_not_reconciled() {
+    async fn without_a_free_slot_an_object_is_queued_and_asked_for_again_in_its_turn() {
         let guard = guard(1);
-        let (store, mut writer) = reflector::store::<ConfigMap>();
-        writer.apply_watcher_event(&watcher::Event::Apply(config_map("1")));
+        let (trigger, mut asked) = futures::channel::mpsc::unbounded();
         let held = guard.slots.acquire("ns").await;
-        let mut waiting = Box::pin(guard.clone().reconcile::<Failed>(
-            synced(),
-            store,
-            Arc::new(config_map("1")),
-            Arc::new(Settled),
-        ));
-        assert!(futures::poll!(&mut waiting).is_pending());
-        writer.apply_watcher_event(&watcher::Event::Delete(config_map("1")));
+        for _ in 0..3 {
+            // Returns at once, holding nothing, and reconciles nothing.
+            let queued = guard.clone().reconcile::<Failed>(
+                synced(),
+                trigger.clone(),
+                Arc::new(config_map("1")),
+                Arc::new(Settled),
+            );
+            assert_eq!(queued.await.unwrap(), Action::await_change());
+        }
+        assert!(!reconciled(&guard.metrics));
+        assert!(asked.try_recv().is_err(), "not asked for before its turn");
         drop(held);
-        assert_eq!(waiting.await.unwrap(), Action::await_change());
-        let text = guard.metrics.encode();
-        assert!(
-            !text.contains(r#"controller_runtime_reconcile_total{controller="test""#),
-            "not reconciled: {text}"
+        // Its turn: asked for once (three triggers folded into one turn).
+        let asked_for = asked.try_recv().unwrap();
+        assert_eq!(asked_for.name, "a");
+        assert!(asked.try_recv().is_err());
+        // kube hands over the latest object, which runs in the slot kept for it.
+        let ran = guard.clone().reconcile::<Failed>(
+            synced(),
+            trigger.clone(),
+            Arc::new(config_map("2")),
+            Arc::new(Settled),
         );
+        assert_eq!(ran.await.unwrap(), Action::requeue(Duration::from_secs(2)));
+        assert!(reconciled(&guard.metrics));
+        // And gave it back.
+        assert!(guard.slots.try_acquire_or_queue("b", false, drop).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_slot_kept_for_an_object_gone_goes_on_to_the_next() {
+        let guard = guard(1);
+        let (trigger, mut asked) = futures::channel::mpsc::unbounded();
+        for forget_when in ["queued", "granted"] {
+            let held = guard.slots.acquire("ns").await;
+            let queued = guard.clone().reconcile::<Failed>(
+                synced(),
+                trigger.clone(),
+                Arc::new(config_map("1")),
+                Arc::new(Settled),
+            );
+            assert_eq!(queued.await.unwrap(), Action::await_change());
+            if forget_when == "queued" {
+                guard.forget("ns/a");
+                drop(held);
+                assert!(asked.try_recv().is_err(), "nobody to ask for");
+            } else {
+                drop(held);
+                assert!(asked.try_recv().is_ok());
+                // kube found it deleted (`ObjectNotFound`).
+                guard.forget("ns/a");
+            }
+            let next = tokio::time::timeout(Duration::from_secs(1), guard.slots.acquire("b")).await;
+            assert!(
+                next.is_ok(),
+                "forgotten when {forget_when}: the slot came back"
+            );
+        }
+        assert!(!reconciled(&guard.metrics));
     }
 
     #[tokio::test]
