@@ -86,6 +86,13 @@ pub(crate) fn is_subset(desired: &Value, actual: &Value) -> bool {
     }
 }
 
+/// The `resourceVersion` of an apply that may only create ([`apply`] without a cached
+/// object): the largest a resource version can be (etcd's revisions are positive 64-bit
+/// integers, counted up from 1), so no stored object ever has it. On an object already
+/// there it is a failed precondition (409 Conflict, even with `force`); for a name that
+/// is free the API server creates the object and sets its own version.
+pub(crate) const CREATE_ONLY: &str = "9223372036854775807";
+
 /// Server-side applies `desired` under `field_manager` (forcing ownership of our fields),
 /// unless `cached` already holds every field of `desired`. Returns the applied object, or
 /// `None` when no write was needed.
@@ -93,9 +100,12 @@ pub(crate) fn is_subset(desired: &Value, actual: &Value) -> bool {
 /// When `cached` is given, the apply carries its UID as a precondition: the API server
 /// refuses it (409, or 422 "field is immutable") if the object of that name is no longer
 /// the one the caller decided to write to, so an object someone else created under the
-/// name after ours was deleted is never taken over. (A create, `cached` being `None`,
-/// cannot carry one: the API server refuses an apply naming a UID for an object that
-/// does not exist yet.)
+/// name after ours was deleted is never taken over. A create (`cached` is `None`) cannot
+/// carry a UID (the API server refuses an apply naming one for an object that does not
+/// exist yet); it carries [`CREATE_ONLY`] as its `resourceVersion` instead, which the API
+/// server ignores when it creates the object and holds against any object already there:
+/// an apply meant to create is refused (409 Conflict) wherever the name is taken, by
+/// whoever, so the caller need not read the name first.
 ///
 /// # Errors
 /// [`Error::Kube`] when the patch fails; [`Error::Serialize`]/[`Error::MissingMetadata`] for
@@ -169,6 +179,11 @@ where
         {
             meta.insert("uid".to_owned(), Value::String(uid));
         }
+    } else if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert(
+            "resourceVersion".to_owned(),
+            Value::String(CREATE_ONLY.to_owned()),
+        );
     }
     tracing::debug!(child = %name, "applying child");
     let applied = api

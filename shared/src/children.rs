@@ -49,7 +49,26 @@ struct Slot<K: Resource<DynamicType = ()>> {
     name: String,
     /// The cached version, when the claim read the cache (to remember what it holds).
     cached: Option<Arc<Slim<K>>>,
+    /// The primary's own child there; `None`: nothing was seen there (read free, or not
+    /// read at all), and the write may only create ([`apply::CREATE_ONLY`]).
     current: Option<K>,
+}
+
+/// How a claim learns who holds a name the cache shows nothing under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// It does not: the write only creates, and is refused where the name is taken.
+    Create,
+    /// One GET.
+    Read,
+}
+
+/// What a write did.
+enum Written<K: Resource<DynamicType = ()>> {
+    /// The child, as the write left it (or why it was not written).
+    Child(Child<K>),
+    /// A write that could only create found the name taken (409).
+    Taken(kube::Error),
 }
 
 /// What a claim found at a child's name.
@@ -237,9 +256,24 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
             self.desired.insert((K::kind(&()), name));
             return Ok(self.record(Outcome::InSync, Some(Current::Cached(Arc::clone(slim)))));
         }
-        match self.claim(&name, cached).await? {
-            Claimed::Writable(slot) => self.write_as(slot, desired, scalable).await,
-            Claimed::Blocked(child) => Ok(child),
+        // The cache shows nothing under the name: a create that is refused wherever the
+        // name is taken, rather than a GET before every create. Refused, the name is read
+        // (one GET) and decided: the primary's own child not cached yet is written to, and
+        // anything else is what a claim finds (a stranger's, a leftover).
+        let slot = match self.claim(&name, cached, Look::Create).await? {
+            Claimed::Writable(slot) => slot,
+            Claimed::Blocked(child) => return Ok(child),
+        };
+        match self.write_as(slot, desired, scalable).await? {
+            Written::Child(child) => Ok(child),
+            Written::Taken(_) => match self.claim(&name, None, Look::Read).await? {
+                Claimed::Writable(slot) => match self.write_as(slot, desired, scalable).await? {
+                    Written::Child(child) => Ok(child),
+                    // Taken again between the read and the write: the next reconcile.
+                    Written::Taken(e) => Err(Error::Kube(e)),
+                },
+                Claimed::Blocked(child) => Ok(child),
+            },
         }
     }
 
@@ -256,28 +290,41 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         cached: Option<Arc<Slim<K>>>,
         build: impl FnOnce(Option<&K>) -> K,
     ) -> Result<Child<K>, Error> {
-        match self.claim(name, cached).await? {
+        match self.claim(name, cached, Look::Read).await? {
             Claimed::Writable(slot) => {
                 let desired = build(slot.current.as_ref());
-                self.write_as(slot, &desired, false).await
+                match self.write_as(slot, &desired, false).await? {
+                    Written::Child(child) => Ok(child),
+                    // Read free, then taken before the write: the next reconcile.
+                    Written::Taken(e) => Err(Error::Kube(e)),
+                }
             }
             Claimed::Blocked(child) => Ok(child),
         }
     }
 
     /// Who holds the child name `name`: `cached` is the cache's object of that name; only
-    /// when it shows nothing is the API server asked (one GET). The name counts as desired
-    /// this reconcile ([`Children::prune`] keeps it).
+    /// when it shows nothing is the API server asked (one GET), or with [`Look::Create`]
+    /// not even then: the slot is unread, and its write may only create. The name counts
+    /// as desired this reconcile ([`Children::prune`] keeps it).
     async fn claim<K: ChildKind>(
         &mut self,
         name: &str,
         cached: Option<Arc<Slim<K>>>,
+        look: Look,
     ) -> Result<Claimed<K>, Error> {
         self.desired.insert((K::kind(&()), name.to_owned()));
         if self.terminating {
             return Ok(Claimed::Blocked(
                 self.record(Outcome::NamespaceTerminating, None),
             ));
+        }
+        if cached.is_none() && look == Look::Create {
+            return Ok(Claimed::Writable(Slot {
+                name: name.to_owned(),
+                cached: None,
+                current: None,
+            }));
         }
         let full = cached.as_ref().map(|c| c.full()).transpose()?.map(Arc::new);
         let outcome = match ownership::claim(&self.api::<K>(), name, full, &self.owner).await? {
@@ -314,7 +361,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         slot: Slot<K>,
         desired: &K,
         scalable: bool,
-    ) -> Result<Child<K>, Error> {
+    ) -> Result<Written<K>, Error> {
         let Slot {
             name,
             cached,
@@ -322,7 +369,10 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         } = slot;
         let kind = K::kind(&());
         if self.terminating {
-            return Ok(self.record(Outcome::NamespaceTerminating, current.map(Current::Object)));
+            return Ok(Written::Child(self.record(
+                Outcome::NamespaceTerminating,
+                current.map(Current::Object),
+            )));
         }
         let api = self.api::<K>();
         let written = if scalable {
@@ -348,6 +398,11 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
                 }
                 (Outcome::InSync, current.map(Current::Object))
             }
+            // Only a create carries no UID, and only a create can find its name taken.
+            Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 && current.is_none() => {
+                tracing::debug!(%kind, child = %name, "child name taken; reading it");
+                return Ok(Written::Taken(kube::Error::Api(s)));
+            }
             Err(Error::Kube(e)) => {
                 let outcome = Outcome::of_error(e)?;
                 if let Outcome::Problem(p) = &outcome {
@@ -357,7 +412,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
             }
             Err(e) => return Err(e),
         };
-        Ok(self.record(outcome, now))
+        Ok(Written::Child(self.record(outcome, now)))
     }
 
     /// Deletes each of `cached` (the cache's children of kind `K` that may be this
@@ -590,22 +645,70 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_new_child_costs_one_get_and_one_apply() {
-        let script = Script::new([error(404, "not found"), ECHO]);
+    async fn a_new_child_costs_one_apply_that_may_only_create() {
+        let script = Script::new([ECHO]);
         let p = primary("moo", "u1");
         let mut children = Children::new(&script.client(), "op", &p).unwrap();
         let desired = service(Some(children.owner()), 80);
         let child = children.apply(&desired, None).await.unwrap();
         assert!(matches!(child.outcome, Outcome::Written), "{child:?}");
+        assert_eq!(script.lines(), [format!("PATCH {SERVICE}")]);
+        // A create carries no UID (the API server would refuse it), and a resourceVersion
+        // no object has: refused wherever the name is taken.
+        assert!(script.body(0)["metadata"].get("uid").is_none());
         assert_eq!(
-            script.lines(),
-            [format!("GET {SERVICE}"), format!("PATCH {SERVICE}")]
+            script.body(0)["metadata"]["resourceVersion"],
+            apply::CREATE_ONLY
         );
-        // A create carries no UID (the API server would refuse it).
-        assert!(script.body(1)["metadata"].get("uid").is_none());
         assert_eq!(child.into_object().unwrap().unwrap().name_any(), "moo");
         assert!(children.problems().is_empty());
         assert_eq!(children.leftover_recheck(), None);
+    }
+
+    #[tokio::test]
+    async fn a_create_refused_where_the_name_is_taken_reads_it_and_decides() {
+        let taken = || error(409, "the object has been modified");
+        let p = primary("moo", "u1");
+        // A stranger's: one read, a conflict, nothing written.
+        let script = Script::new([
+            taken(),
+            Some((200, serde_json::to_value(service(None, 80)).unwrap())),
+        ]);
+        let mut children = Children::new(&script.client(), "op", &p).unwrap();
+        let desired = service(Some(children.owner()), 80);
+        let child = children.apply(&desired, None).await.unwrap();
+        assert!(child.is_held_by_another(), "{child:?}");
+        assert_eq!(children.problems()[0].reason(), "NameConflict");
+        assert_eq!(
+            script.lines(),
+            [format!("PATCH {SERVICE}"), format!("GET {SERVICE}")]
+        );
+        // The primary's own, not cached yet and in sync: nothing more.
+        let mut ours = desired.clone();
+        ours.metadata.uid = Some("child-uid".into());
+        let script = Script::new([taken(), Some((200, serde_json::to_value(&ours).unwrap()))]);
+        let mut children = Children::new(&script.client(), "op", &p).unwrap();
+        let child = children.apply(&desired, None).await.unwrap();
+        assert!(matches!(child.outcome, Outcome::InSync), "{child:?}");
+        assert_eq!(script.lines().len(), 2);
+        // The primary's own, changed: applied to that very object.
+        let script = Script::new([
+            taken(),
+            Some((200, serde_json::to_value(&ours).unwrap())),
+            ECHO,
+        ]);
+        let mut children = Children::new(&script.client(), "op", &p).unwrap();
+        let changed = service(Some(children.owner()), 81);
+        let child = children.apply(&changed, None).await.unwrap();
+        assert!(matches!(child.outcome, Outcome::Written), "{child:?}");
+        assert_eq!(script.lines().len(), 3);
+        assert_eq!(script.body(2)["metadata"]["uid"], "child-uid");
+        assert!(script.body(2)["metadata"].get("resourceVersion").is_none());
+        // Gone between the refusal and the read, then taken again: an error, retried.
+        let script = Script::new([taken(), error(404, "not found"), taken()]);
+        let mut children = Children::new(&script.client(), "op", &p).unwrap();
+        assert!(children.apply(&desired, None).await.is_err());
+        assert_eq!(script.lines().len(), 3);
     }
 
     #[tokio::test]
@@ -753,7 +856,7 @@ mod tests {
 
     #[tokio::test]
     async fn nothing_more_is_sent_to_a_namespace_being_deleted() {
-        let script = Script::new([error(404, "not found"), error(403, TERMINATING)]);
+        let script = Script::new([error(403, TERMINATING)]);
         let p = primary("moo", "u1");
         let mut children = Children::new(&script.client(), "op", &p).unwrap();
         let desired = service(Some(children.owner()), 80);
@@ -767,7 +870,7 @@ mod tests {
         children.prune(ours).await.unwrap();
         let created = children.create(&Pod::default(), 3, |_| {}).await.unwrap();
         assert!(matches!(created, Outcome::NamespaceTerminating));
-        assert_eq!(script.lines().len(), 2, "{:?}", script.lines());
+        assert_eq!(script.lines().len(), 1, "{:?}", script.lines());
     }
 
     #[tokio::test]

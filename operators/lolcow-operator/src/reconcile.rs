@@ -210,9 +210,7 @@ mod tests {
     use crate::fixtures::lolcow;
     use shared_testing::{Reply, Scripted, assert_events, cache, reconcile_scripted, toolkit};
 
-    const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/moo";
     const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/moo";
-    const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/moo";
     const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/moo";
     const STATUS: &str = "PATCH /apis/my.domain/v1alpha1/namespaces/ns/lolcows/moo/status";
     const EVENT: &str = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
@@ -223,14 +221,10 @@ mod tests {
         reconcile_scripted(lc, replies, context, reconcile).await
     }
 
-    /// The Deployment is absent, then created; the Service is absent, then `service`.
+    /// The Deployment is created (nothing cached: an apply that may only create); then
+    /// the Service's answer is `service`.
     fn children(service: Reply) -> Vec<Reply> {
-        vec![
-            Reply::error(404, "not found"),
-            Reply::Echo,
-            Reply::error(404, "not found"),
-            service,
-        ]
+        vec![Reply::Echo, service]
     }
 
     #[tokio::test]
@@ -248,22 +242,15 @@ mod tests {
         );
         assert_eq!(
             api.lines(),
-            [
-                GET_DEPLOYMENT,
-                APPLY_DEPLOYMENT,
-                GET_SERVICE,
-                APPLY_SERVICE,
-                STATUS,
-                EVENT
-            ]
+            [APPLY_DEPLOYMENT, APPLY_SERVICE, STATUS, EVENT]
         );
         let seen = api.seen();
-        let ready = &seen[4].body["status"]["conditions"][0];
+        let ready = &seen[2].body["status"]["conditions"][0];
         assert_eq!(
             (&ready["type"], &ready["status"], &ready["reason"]),
             (&"Ready".into(), &"False".into(), &"PortConflict".into())
         );
-        let event = &seen[5].body;
+        let event = &seen[3].body;
         assert_eq!(
             (&event["type"], &event["reason"], &event["action"]),
             (
@@ -291,7 +278,7 @@ mod tests {
         );
         assert_eq!(
             api.lines(),
-            [GET_DEPLOYMENT, APPLY_DEPLOYMENT, GET_SERVICE, APPLY_SERVICE],
+            [APPLY_DEPLOYMENT, APPLY_SERVICE],
             "no status write"
         );
     }
@@ -302,8 +289,8 @@ mod tests {
         replies.push(Reply::error(404, "not found"));
         let (result, api) = run(lolcow(30080, None), replies).await;
         assert_eq!(result.unwrap(), Action::await_change());
-        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
-        assert_eq!(api.lines()[4], STATUS);
+        assert_eq!(api.lines().len(), 3, "no event: {:?}", api.lines());
+        assert_eq!(api.lines()[2], STATUS);
     }
 
     #[tokio::test]
@@ -318,7 +305,7 @@ mod tests {
             ),
             "{result:?}"
         );
-        assert_eq!(api.lines().len(), 5, "no event: {:?}", api.lines());
+        assert_eq!(api.lines().len(), 3, "no event: {:?}", api.lines());
     }
 
     /// Reconciles `lc` with `deployments` and `services` in the caches.
@@ -420,19 +407,16 @@ mod tests {
     #[tokio::test]
     async fn a_namespace_being_deleted_stops_quietly() {
         let message = "deployments.apps \"moo\" is forbidden: unable to create new content in namespace ns because it is being terminated";
-        let replies = vec![Reply::error(404, "not found"), Reply::error(403, message)];
+        let replies = vec![Reply::error(403, message)];
         let (result, api) = run(lolcow(30080, None), replies).await;
         assert_eq!(result.unwrap(), Action::await_change());
-        assert_eq!(api.lines(), [GET_DEPLOYMENT, APPLY_DEPLOYMENT]);
+        assert_eq!(api.lines(), [APPLY_DEPLOYMENT]);
     }
 
     #[tokio::test]
     async fn a_refused_deployment_is_an_error() {
         for code in [403, 422] {
-            let replies = vec![
-                Reply::error(404, "not found"),
-                Reply::error(code, "refused"),
-            ];
+            let replies = vec![Reply::error(code, "refused")];
             let (result, api) = run(lolcow(30080, None), replies).await;
             assert!(
                 matches!(
@@ -441,11 +425,7 @@ mod tests {
                 ),
                 "{result:?}"
             );
-            assert_eq!(
-                api.lines(),
-                [GET_DEPLOYMENT, APPLY_DEPLOYMENT],
-                "nothing after it"
-            );
+            assert_eq!(api.lines(), [APPLY_DEPLOYMENT], "nothing after it");
         }
     }
 }

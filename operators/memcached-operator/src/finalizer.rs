@@ -117,8 +117,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::{
-        APPLY_DEPLOYMENT, APPLY_SERVICE, EVENT, GET_DEPLOYMENT, GET_SERVICE, MEMCACHED,
-        children_created, memcached, run, with_finalizer,
+        APPLY_DEPLOYMENT, APPLY_SERVICE, EVENT, MEMCACHED, children_created, memcached, run,
+        with_finalizer,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use shared_testing::{Reply, assert_events};
@@ -137,15 +137,7 @@ mod tests {
         let finalizer = format!("PATCH {MEMCACHED}");
         assert_eq!(
             api.lines(),
-            [
-                &finalizer,
-                GET_DEPLOYMENT,
-                APPLY_DEPLOYMENT,
-                GET_SERVICE,
-                APPLY_SERVICE,
-                &status,
-                EVENT
-            ]
+            [&finalizer, APPLY_DEPLOYMENT, APPLY_SERVICE, &status, EVENT]
         );
         let seen = api.seen();
         assert_eq!(

@@ -105,11 +105,10 @@ pub(crate) fn mocked_client(api: &shared_testing::Scripted) -> kube::Client {
     api.client()
 }
 
-/// The requests of a reconcile of [`memcached`], as the scripted API server lists them.
-pub(crate) const GET_DEPLOYMENT: &str = "GET /apis/apps/v1/namespaces/ns/deployments/cache";
-/// The apply of the Deployment.
+/// The requests of a reconcile of [`memcached`], as the scripted API server lists them:
+/// the apply of the Deployment.
 pub(crate) const APPLY_DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/ns/deployments/cache";
-/// The read of the Service (nothing cached).
+/// The read of the Service (a create refused: its name is taken).
 pub(crate) const GET_SERVICE: &str = "GET /api/v1/namespaces/ns/services/cache";
 /// The apply of the Service.
 pub(crate) const APPLY_SERVICE: &str = "PATCH /api/v1/namespaces/ns/services/cache";
@@ -144,13 +143,9 @@ pub(crate) async fn run(
     (result, api)
 }
 
-/// The children are absent, then created (the API server echoes the applied object).
+/// The children are created (nothing cached: applies that may only create; the API
+/// server echoes the applied object).
 pub(crate) fn children_created() -> Vec<shared_testing::Reply> {
     use shared_testing::Reply;
-    vec![
-        Reply::error(404, "not found"),
-        Reply::Echo,
-        Reply::error(404, "not found"),
-        Reply::Echo,
-    ]
+    vec![Reply::Echo, Reply::Echo]
 }
