@@ -208,6 +208,11 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
     }
 
     /// Writes `desired` unless `cached` (the cache's object of its name) already holds it.
+    /// With `cached` `None` (the cache shows nothing under the name) the write may only
+    /// create: refused where the name is taken, the name is read and decided then (the
+    /// primary's own child not cached yet is written to; anyone else's is a
+    /// [`Problem::NameConflict`]). For a kind without a cache, see
+    /// [`Children::apply_uncached`].
     ///
     /// # Errors
     /// [`Error::Kube`] on a failure other than those [`Outcome::of_error`] turns into an
@@ -218,6 +223,30 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         cached: Option<Arc<Slim<K>>>,
     ) -> Result<Child<K>, Error> {
         self.apply_as(desired, cached, false).await
+    }
+
+    /// [`Children::apply`] of a kind the operator keeps no cache of (a scaffolded operator's
+    /// ConfigMap, whose `data` a [`Slim`] cache would not keep): the name is read first (one
+    /// GET), as the child is usually there, then written only if it lacks something of
+    /// `desired`. ([`Children::apply`] with `None` means the cache shows nothing there, and
+    /// creates without reading.)
+    ///
+    /// # Errors
+    /// As [`Children::apply`].
+    pub async fn apply_uncached<K: ChildKind>(&mut self, desired: &K) -> Result<Child<K>, Error> {
+        let name = desired
+            .meta()
+            .name
+            .clone()
+            .ok_or_else(|| Error::MissingMetadata(format!("desired {}", K::kind(&()))))?;
+        match self.claim(&name, None, Look::Read).await? {
+            Claimed::Writable(slot) => match self.write_as(slot, desired, false).await? {
+                Written::Child(child) => Ok(child),
+                // Read free, then taken before the write: the next reconcile.
+                Written::Taken(e) => Err(Error::Kube(e)),
+            },
+            Claimed::Blocked(child) => Ok(child),
+        }
     }
 
     /// [`Children::apply`] for a kind with a `scale` subresource over `spec.replicas` (a
@@ -709,6 +738,35 @@ mod tests {
         let mut children = Children::new(&script.client(), "op", &p).unwrap();
         assert!(children.apply(&desired, None).await.is_err());
         assert_eq!(script.lines().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_kind_without_a_cache_is_read_first() {
+        let p = primary("moo", "u1");
+        // There and ours, in sync: the read alone.
+        let script = Script::new([]);
+        let children = Children::new(&script.client(), "op", &p).unwrap();
+        let desired = service(Some(children.owner()), 80);
+        let mut ours = desired.clone();
+        ours.metadata.uid = Some("child-uid".into());
+        let script = Script::new([Some((200, serde_json::to_value(&ours).unwrap()))]);
+        let mut children = Children::new(&script.client(), "op", &p).unwrap();
+        let child = children.apply_uncached(&desired).await.unwrap();
+        assert!(matches!(child.outcome, Outcome::InSync), "{child:?}");
+        assert_eq!(script.lines(), [format!("GET {SERVICE}")]);
+        // Absent: read, then created.
+        let script = Script::new([error(404, "not found"), ECHO]);
+        let mut children = Children::new(&script.client(), "op", &p).unwrap();
+        let child = children.apply_uncached(&desired).await.unwrap();
+        assert!(matches!(child.outcome, Outcome::Written), "{child:?}");
+        assert_eq!(
+            script.lines(),
+            [format!("GET {SERVICE}"), format!("PATCH {SERVICE}")]
+        );
+        assert_eq!(
+            script.body(1)["metadata"]["resourceVersion"],
+            apply::CREATE_ONLY
+        );
     }
 
     #[tokio::test]
