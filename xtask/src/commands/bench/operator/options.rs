@@ -59,6 +59,11 @@ pub struct OperatorArgs {
     #[arg(long, value_name = "PATH")]
     #[allow(clippy::option_option)]
     pub(super) go_ref: Option<Option<PathBuf>>,
+    /// Skip the change phase (every spec changed at once): for runs that measure how the
+    /// cost grows with N (creation, the quiet window, the restart), where the change
+    /// would double the run. The record says so, and the report shows `-` for it.
+    #[arg(long)]
+    pub(super) skip_change: bool,
     /// Measure this Rust operator binary instead of building the workspace's (a static
     /// release build of another commit, for a bisect of a regression). The run's record
     /// names it.
@@ -81,6 +86,7 @@ impl Default for OperatorArgs {
             reaction_rounds: 12,
             go_ref: None,
             binary: None,
+            skip_change: false,
         }
     }
 }

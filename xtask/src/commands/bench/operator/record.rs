@@ -309,6 +309,20 @@ pub(crate) struct Change {
     pub requests: Requests,
 }
 
+impl Change {
+    /// [`Change::what`] of a run with `--skip-change`.
+    pub(crate) const SKIPPED: &'static str = "skipped (--skip-change)";
+
+    /// Its time to all Ready again, or `-` when the run skipped it.
+    pub(crate) fn all_ready_cell(&self) -> String {
+        if self.what == Self::SKIPPED {
+            "-".to_owned()
+        } else {
+            serde_json::Value::from(self.all_ready_seconds).to_string()
+        }
+    }
+}
+
 /// Every object deleted.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -334,7 +334,7 @@ fn run_row(r: &RunRecord) -> String {
             .as_ref()
             .map_or("-".to_owned(), |r| r.writes.to_string()),
         r.kib_per_object,
-        float(r.change.all_ready_seconds),
+        r.change.all_ready_cell(),
         float(r.delete.children_gone_seconds),
         float(r.end.cpu_seconds),
         reaction_cell(r, false),
@@ -456,9 +456,7 @@ pub(super) fn side_by_side(runs: &[RunRecord]) -> String {
         row("reaction to the status p50 / p99, ms", &|r| {
             reaction_cell(r, true)
         }),
-        row("change, all Ready again, s", &|r| {
-            float(r.change.all_ready_seconds)
-        }),
+        row("change, all Ready again, s", &|r| r.change.all_ready_cell()),
         row("commit", &|r| r.git_commit.clone().unwrap_or_default()),
     ];
     table(&mut md, &header, &align, rows);

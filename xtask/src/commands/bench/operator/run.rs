@@ -155,7 +155,17 @@ async fn run_phases(target: &Target<'_>) -> Result<RunRecord> {
     let restart = run.restart(&steady).await?;
     let reaction = run.reaction().await?;
     let ever_before_change = run.pods.lock().map_or(0, |p| p.ever.len());
-    let (change, created_by_change) = run.change(ever_before_change).await?;
+    let (change, created_by_change) = if target.args.skip_change {
+        (
+            super::record::Change {
+                what: super::record::Change::SKIPPED.to_owned(),
+                ..super::record::Change::default()
+            },
+            0,
+        )
+    } else {
+        run.change(ever_before_change).await?
+    };
     let (delete, end) = run.delete().await?;
     Ok(assemble(
         &run,
