@@ -97,23 +97,46 @@ where
         let _ = synced.wait_for(ScopeStatus::synced).await;
         let key = object_key(obj.as_ref());
         let (slot, queued) = match self.waiting.granted(&key) {
+            // Its turn: the debounce let it through when it was queued.
             Some(granted) => granted,
-            // Already in the queue: this trigger is folded into its turn.
-            None if self.waiting.is_queued(&key) => return Ok(Action::await_change()),
+            None if self.waiting.is_queued(&key) => {
+                // Folded into its turn; a trigger that now completes the object moves
+                // that turn to the front of its namespace (once).
+                if matches!(ctx.progress(obj.as_ref()), Progress::Completes)
+                    && self.waiting.promote(&key)
+                {
+                    let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
+                    let granted = self.turn(&key, obj.as_ref(), trigger.clone());
+                    if let Some(slot) = self.slots.try_acquire_or_queue(namespace, true, granted) {
+                        // A slot came free meanwhile: this turn takes it.
+                        let obj = ObjectRef::from_obj(obj.as_ref());
+                        Waiting::grant(&self.waiting, key.clone(), slot, move || {
+                            trigger.unbounded_send(obj).is_ok()
+                        });
+                    }
+                }
+                return Ok(Action::await_change());
+            }
             None => {
+                // The debounce first, as a trigger comes: a deferred one takes no turn.
+                // A queued resync skips it (claimed when it runs, so the resyncs queued
+                // stay bounded).
+                if !self.resyncs.is_queued(&key) {
+                    // tokio's clock (the same as std's outside paused-time tests).
+                    let now = tokio::time::Instant::now().into_std();
+                    let generation = obj.meta().generation;
+                    if let Gate::Wait(wait) = self
+                        .debounce
+                        .check(&key, generation, now, || ctx.progress(obj.as_ref()))
+                    {
+                        return Ok(Action::requeue(wait));
+                    }
+                }
                 let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
                 // In the map before its turn can come (from another task's release).
                 self.waiting
                     .queue(&key, self.metrics.queued(self.controller));
-                let granted = {
-                    let (waiting, key) = (Arc::clone(&self.waiting), key.clone());
-                    let obj = ObjectRef::from_obj(obj.as_ref());
-                    move |slot| {
-                        Waiting::grant(&waiting, key, slot, move || {
-                            trigger.unbounded_send(obj).is_ok()
-                        });
-                    }
-                };
+                let granted = self.turn(&key, obj.as_ref(), trigger);
                 // A trigger that completes its object goes before its namespace's others:
                 // the object is done sooner, and what it holds meanwhile is let go.
                 let completes = matches!(ctx.progress(obj.as_ref()), Progress::Completes);
@@ -138,8 +161,25 @@ where
         .await
     }
 
-    /// The debounce, then the reconcile with its metrics, in the slot taken by
-    /// [`Guard::reconcile`].
+    /// What `key`'s turn does when it comes: keep the slot for it and ask kube (through
+    /// `trigger`) for `obj` again.
+    fn turn(
+        &self,
+        key: &str,
+        obj: &K,
+        trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<K>>,
+    ) -> impl FnOnce(Slot) + Send + 'static {
+        let (waiting, key) = (Arc::clone(&self.waiting), key.to_owned());
+        let obj = ObjectRef::from_obj(obj);
+        move |slot| {
+            Waiting::grant(&waiting, key, slot, move || {
+                trigger.unbounded_send(obj).is_ok()
+            });
+        }
+    }
+
+    /// The reconcile with its metrics, in the slot taken by [`Guard::reconcile`] (a resync
+    /// claimed here records its generation as reconciled).
     async fn run_in_slot<E>(
         &self,
         obj: Arc<K>,
@@ -151,20 +191,8 @@ where
     where
         Fut: Future<Output = Result<Action, E>>,
     {
-        // tokio's clock (the same as std's outside paused-time tests).
-        let now = tokio::time::Instant::now().into_std();
-        // A deferred resync would sit in kube's scheduler, taking back the room the
-        // bounded resync saves.
-        let resync = self.resyncs.claim(&key);
-        let generation = obj.meta().generation;
-        if resync {
-            self.debounce.ran(&key, generation);
-        } else if let Gate::Wait(wait) = self
-            .debounce
-            .check(&key, generation, now, || ctx.progress(obj.as_ref()))
-        {
-            record_result(&tracing::Span::current(), "deferred");
-            return Ok(Action::requeue(wait));
+        if self.resyncs.claim(&key) {
+            self.debounce.ran(&key, obj.meta().generation);
         }
         let _worker = queued.start();
         let reconcile = (self.reconcile)(obj, ctx);
@@ -203,8 +231,9 @@ pub(super) struct Waiting {
 
 #[derive(Debug)]
 enum Wait {
-    /// In the slots' queue, waiting since the work-queue entry was made.
-    Queued(Queued),
+    /// In the slots' queue, waiting since the work-queue entry was made; `promoted`: a
+    /// second turn at the front of its namespace was queued for it.
+    Queued { queued: Queued, promoted: bool },
     /// Its turn came: the slot kept for it (grant `id`).
     Granted { slot: Slot, queued: Queued, id: u64 },
 }
@@ -217,19 +246,36 @@ impl Waiting {
 
     /// Queues `key`, with its work-queue entry.
     fn queue(&self, key: &str, queued: Queued) {
-        self.entries().insert(key.to_owned(), Wait::Queued(queued));
+        self.entries().insert(
+            key.to_owned(),
+            Wait::Queued {
+                queued,
+                promoted: false,
+            },
+        );
     }
 
     /// Whether `key` is queued and its turn has not come.
     fn is_queued(&self, key: &str) -> bool {
-        matches!(self.entries().get(key), Some(Wait::Queued(_)))
+        matches!(self.entries().get(key), Some(Wait::Queued { .. }))
+    }
+
+    /// Marks queued `key` promoted; `false` when it was already (or is not queued).
+    fn promote(&self, key: &str) -> bool {
+        match self.entries().get_mut(key) {
+            Some(Wait::Queued { promoted, .. }) if !*promoted => {
+                *promoted = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Takes `key` out of the queue (a slot came at once), with its work-queue entry.
     fn unqueue(&self, key: &str) -> Option<Queued> {
         let mut entries = self.entries();
         match entries.remove(key) {
-            Some(Wait::Queued(queued)) => Some(queued),
+            Some(Wait::Queued { queued, .. }) => Some(queued),
             Some(other) => {
                 entries.insert(key.to_owned(), other);
                 None
@@ -261,7 +307,7 @@ impl Waiting {
         let kept = {
             let mut entries = this.entries();
             match entries.remove(&key) {
-                Some(Wait::Queued(queued)) => {
+                Some(Wait::Queued { queued, .. }) => {
                     entries.insert(key.clone(), Wait::Granted { slot, queued, id });
                     None
                 }
@@ -433,8 +479,8 @@ pub(super) fn reconcile_span<K: Resource>(
 }
 
 /// Records how a reconcile ended in its span (`reconcile_span`): `ok` (nothing more to
-/// do until a change), `requeue`, `error` (also the span's OpenTelemetry status), or
-/// `deferred` (the debounce put the trigger off). Nothing on a span without the fields.
+/// do until a change), `requeue`, or `error` (also the span's OpenTelemetry status).
+/// Nothing on a span without the fields.
 pub(super) fn record_result(span: &tracing::Span, result: &'static str) {
     span.record("result", result);
     if result == "error" {
@@ -569,6 +615,68 @@ mod tests {
         assert!(reconciled(&guard.metrics));
         // And gave it back.
         assert!(guard.slots.try_acquire_or_queue("b", false, drop).is_some());
+    }
+
+    /// A context whose objects complete once `done` is set.
+    struct Completing(std::sync::atomic::AtomicBool);
+    impl Pacing<ConfigMap> for Completing {
+        fn progress(&self, _: &ConfigMap) -> Progress {
+            Progress::converging_until(self.0.load(std::sync::atomic::Ordering::Relaxed))
+        }
+    }
+
+    /// The config map `ns/<name>`.
+    fn named(name: &str) -> Arc<ConfigMap> {
+        let mut cm = config_map("0");
+        cm.metadata.name = Some(name.into());
+        Arc::new(cm)
+    }
+
+    #[tokio::test]
+    async fn a_queued_object_whose_trigger_now_completes_it_moves_to_the_front() {
+        async fn quick(_: Arc<ConfigMap>, _: Arc<Completing>) -> Result<Action, Failed> {
+            Ok(Action::await_change())
+        }
+        let guard = Arc::new(Guard {
+            controller: "test",
+            metrics: Metrics::new(),
+            backoff: ErrorBackoff::default(),
+            debounce: crate::backoff::Debounce::new(Duration::ZERO, Duration::ZERO),
+            resyncs: Arc::new(super::super::Admission::new(8)),
+            status_writes: Arc::new(crate::status::StatusWrites::default()),
+            slots: crate::runner::fair::FairSlots::new(1),
+            waiting: Arc::default(),
+            reconcile: quick,
+        });
+        let ctx = Arc::new(Completing(false.into()));
+        let (trigger, mut asked) = futures::channel::mpsc::unbounded();
+        let held = guard.slots.acquire("ns").await;
+        for name in ["first", "second", "second"] {
+            let queued = guard.clone().reconcile::<Failed>(
+                synced(),
+                trigger.clone(),
+                named(name),
+                Arc::clone(&ctx),
+            );
+            assert_eq!(queued.await.unwrap(), Action::await_change());
+            // The second's next trigger completes it.
+            ctx.0
+                .store(name == "second", std::sync::atomic::Ordering::Relaxed);
+        }
+        drop(held);
+        // The second's turn came first; its kept slot goes on only once it has run.
+        assert_eq!(asked.try_recv().unwrap().name, "second");
+        assert!(asked.try_recv().is_err());
+        let ran = guard.clone().reconcile::<Failed>(
+            synced(),
+            trigger.clone(),
+            named("second"),
+            Arc::clone(&ctx),
+        );
+        assert_eq!(ran.await.unwrap(), Action::await_change());
+        assert_eq!(asked.try_recv().unwrap().name, "first");
+        // The second's first turn, met later, finds nobody and passes the slot on.
+        assert!(asked.try_recv().is_err());
     }
 
     #[tokio::test]

@@ -60,6 +60,11 @@ impl Admission {
         claimed
     }
 
+    /// Whether a resync trigger of `key` is queued (not claimed yet).
+    pub(crate) fn is_queued(&self, key: &str) -> bool {
+        self.lock().contains_key(key)
+    }
+
     /// How many resync triggers are queued.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
