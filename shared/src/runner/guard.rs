@@ -535,6 +535,14 @@ mod tests {
     fn guard(
         slots: usize,
     ) -> Arc<Guard<ConfigMap, Settled, impl Future<Output = Result<Action, Failed>>>> {
+        guard_of(slots, large)
+    }
+
+    /// A guard of `slots` slots around `reconcile`.
+    fn guard_of<Ctx, F>(
+        slots: usize,
+        reconcile: fn(Arc<ConfigMap>, Arc<Ctx>) -> F,
+    ) -> Arc<Guard<ConfigMap, Ctx, F>> {
         Arc::new(Guard {
             controller: "test",
             metrics: Metrics::new(),
@@ -544,7 +552,7 @@ mod tests {
             status_writes: Arc::new(crate::status::StatusWrites::default()),
             slots: crate::runner::fair::FairSlots::new(slots),
             waiting: Arc::default(),
-            reconcile: large,
+            reconcile,
         })
     }
 
@@ -582,6 +590,28 @@ mod tests {
             .contains(r#"controller_runtime_reconcile_total{controller="test""#)
     }
 
+    /// One trigger of `ns/a` (its `data.seen`) handed to `guard` as kube would, with
+    /// `trigger` its scope's turns; what the reconcile answered.
+    async fn dispatch<F>(
+        guard: &Arc<Guard<ConfigMap, Settled, F>>,
+        trigger: &futures::channel::mpsc::UnboundedSender<ObjectRef<ConfigMap>>,
+        seen: &str,
+    ) -> Action
+    where
+        F: Future<Output = Result<Action, Failed>>,
+    {
+        guard
+            .clone()
+            .reconcile::<Failed>(
+                synced(),
+                trigger.clone(),
+                Arc::new(config_map(seen)),
+                Arc::new(Settled),
+            )
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn without_a_free_slot_an_object_is_queued_and_asked_for_again_in_its_turn() {
         let guard = guard(1);
@@ -589,13 +619,10 @@ mod tests {
         let held = guard.slots.acquire("ns").await;
         for _ in 0..3 {
             // Returns at once, holding nothing, and reconciles nothing.
-            let queued = guard.clone().reconcile::<Failed>(
-                synced(),
-                trigger.clone(),
-                Arc::new(config_map("1")),
-                Arc::new(Settled),
+            assert_eq!(
+                dispatch(&guard, &trigger, "1").await,
+                Action::await_change()
             );
-            assert_eq!(queued.await.unwrap(), Action::await_change());
         }
         assert!(!reconciled(&guard.metrics));
         assert!(asked.try_recv().is_err(), "not asked for before its turn");
@@ -605,13 +632,10 @@ mod tests {
         assert_eq!(asked_for.name, "a");
         assert!(asked.try_recv().is_err());
         // kube hands over the latest object, which runs in the slot kept for it.
-        let ran = guard.clone().reconcile::<Failed>(
-            synced(),
-            trigger.clone(),
-            Arc::new(config_map("2")),
-            Arc::new(Settled),
+        assert_eq!(
+            dispatch(&guard, &trigger, "2").await,
+            Action::requeue(Duration::from_secs(2))
         );
-        assert_eq!(ran.await.unwrap(), Action::requeue(Duration::from_secs(2)));
         assert!(reconciled(&guard.metrics));
         // And gave it back.
         assert!(guard.slots.try_acquire_or_queue("b", false, drop).is_some());
@@ -637,17 +661,7 @@ mod tests {
         async fn quick(_: Arc<ConfigMap>, _: Arc<Completing>) -> Result<Action, Failed> {
             Ok(Action::await_change())
         }
-        let guard = Arc::new(Guard {
-            controller: "test",
-            metrics: Metrics::new(),
-            backoff: ErrorBackoff::default(),
-            debounce: crate::backoff::Debounce::new(Duration::ZERO, Duration::ZERO),
-            resyncs: Arc::new(super::super::Admission::new(8)),
-            status_writes: Arc::new(crate::status::StatusWrites::default()),
-            slots: crate::runner::fair::FairSlots::new(1),
-            waiting: Arc::default(),
-            reconcile: quick,
-        });
+        let guard = guard_of(1, quick);
         let ctx = Arc::new(Completing(false.into()));
         let (trigger, mut asked) = futures::channel::mpsc::unbounded();
         let held = guard.slots.acquire("ns").await;
@@ -685,13 +699,10 @@ mod tests {
         let (trigger, mut asked) = futures::channel::mpsc::unbounded();
         for forget_when in ["queued", "granted"] {
             let held = guard.slots.acquire("ns").await;
-            let queued = guard.clone().reconcile::<Failed>(
-                synced(),
-                trigger.clone(),
-                Arc::new(config_map("1")),
-                Arc::new(Settled),
+            assert_eq!(
+                dispatch(&guard, &trigger, "1").await,
+                Action::await_change()
             );
-            assert_eq!(queued.await.unwrap(), Action::await_change());
             if forget_when == "queued" {
                 guard.forget("ns/a");
                 drop(held);
