@@ -18,6 +18,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, PostParams};
 use kube::{Resource, ResourceExt};
@@ -51,6 +52,17 @@ fn stranger_deployment(name: &str) -> Result<Deployment> {
                 "metadata": {"labels": {"app": "users-own-app"}},
                 "spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}
             }
+        }
+    }))?)
+}
+
+/// A NetworkPolicy nobody's operator made.
+fn stranger_network_policy(name: &str) -> Result<NetworkPolicy> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"owner": "a-user"}},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "users-own-app"}},
+            "policyTypes": ["Ingress"]
         }
     }))?)
 }
@@ -235,6 +247,33 @@ async fn memcached_never_adopts_a_strangers_service() -> Result<()> {
         "the new Service is the Memcached's: {:?}",
         svc.owner_references()
     );
+    Ok(())
+}
+
+/// The create of a Memcached's NetworkPolicy (`spec.networkPolicy`) is refused where a
+/// stranger's holds the name; the name is then read (the `get` the operator's Role grants
+/// for this), reported, and never written.
+#[tokio::test]
+async fn memcached_never_adopts_a_strangers_network_policy() -> Result<()> {
+    let ns = TestNamespace::restricted("adopt-np").await?;
+    let op = OperatorProcess::start("memcached-operator", &[&ns.name]).await?;
+    let stranger = create(&ns, &stranger_network_policy("cache")?).await?;
+    let mut manifest = memcached("cache", 1);
+    manifest["spec"]["networkPolicy"] = json!({"enabled": true});
+    let mc: Memcached = create_from_json(&ns, manifest).await?;
+    let uid = mc.uid().context("uid")?;
+    wait_until(&ns.api::<Memcached>(), "cache", |mc: &Memcached| {
+        mc.status.as_ref().is_some_and(|s| {
+            reports_conflict(
+                condition(&s.conditions, "Degraded"),
+                "True",
+                "NetworkPolicy",
+                "cache",
+            )
+        })
+    })
+    .await?;
+    assert_stranger_untouched(&ns, &op, &stranger, &uid).await?;
     Ok(())
 }
 
