@@ -138,19 +138,20 @@ impl FairSlots {
     }
 
     /// A slot for work in `namespace` now, if one is free and nobody waits; else `granted`
-    /// is queued in the namespace's turn (`first`: before the namespace's other waiters)
-    /// and called with the slot when its turn comes (by whoever frees it). Nothing waits
-    /// meanwhile: a queued call is all the memory a waiting reconcile takes.
+    /// is queued in the namespace's turn (before the namespace's other waiters when
+    /// `first` says so, asked only then, under the lock: keep it cheap) and called with
+    /// the slot when its turn comes (by whoever frees it). Nothing waits meanwhile: a
+    /// queued call is all the memory a waiting reconcile takes.
     pub(crate) fn try_acquire_or_queue(
         self: &Arc<Self>,
         namespace: &str,
-        first: bool,
+        first: impl FnOnce() -> bool,
         granted: impl FnOnce(Slot) + Send + 'static,
     ) -> Option<Slot> {
         let mut state = self.state();
         let slot = self.take_free(&mut state);
         if slot.is_none() {
-            state.push(namespace, first, Waiter::Call(Box::new(granted)));
+            state.push(namespace, first(), Waiter::Call(Box::new(granted)));
         }
         slot
     }
@@ -284,7 +285,7 @@ mod tests {
     #[test]
     fn a_queued_call_gets_its_slot_in_turn_and_a_slot_dropped_there_goes_on() {
         let slots = FairSlots::new(1);
-        let held = slots.try_acquire_or_queue("a", false, |_| panic!("a slot was free"));
+        let held = slots.try_acquire_or_queue("a", || false, |_| panic!("a slot was free"));
         assert!(held.is_some());
         let kept = Arc::new(StdMutex::new(Vec::new()));
         let served = Arc::new(StdMutex::new(Vec::new()));
@@ -292,12 +293,16 @@ mod tests {
         for (who, keep) in [("a1", false), ("a2", true), ("b1", true), ("a3", false)] {
             let (kept, served) = (Arc::clone(&kept), Arc::clone(&served));
             let first = who == "a3";
-            let queued = slots.try_acquire_or_queue(&who[..1], first, move |slot| {
-                served.lock().unwrap().push(who);
-                if keep {
-                    kept.lock().unwrap().push(slot);
-                }
-            });
+            let queued = slots.try_acquire_or_queue(
+                &who[..1],
+                || first,
+                move |slot| {
+                    served.lock().unwrap().push(who);
+                    if keep {
+                        kept.lock().unwrap().push(slot);
+                    }
+                },
+            );
             assert!(queued.is_none(), "no slot free for {who}");
         }
         drop(held);

@@ -96,24 +96,20 @@ where
         // whatever the caches hold, as before.
         let _ = synced.wait_for(ScopeStatus::synced).await;
         let key = object_key(obj.as_ref());
+        // Asked at most once per trigger, and only where it decides something.
+        let mut progress = None;
+        let mut progress = || *progress.get_or_insert_with(|| ctx.progress(obj.as_ref()));
+        let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
         let (slot, queued) = match self.waiting.granted(&key) {
             // Its turn: the debounce let it through when it was queued.
             Some(granted) => granted,
             None if self.waiting.is_queued(&key) => {
                 // Folded into its turn; a trigger that now completes the object moves
-                // that turn to the front of its namespace (once).
-                if matches!(ctx.progress(obj.as_ref()), Progress::Completes)
-                    && self.waiting.promote(&key)
-                {
-                    let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
-                    let granted = self.turn(&key, obj.as_ref(), trigger.clone());
-                    if let Some(slot) = self.slots.try_acquire_or_queue(namespace, true, granted) {
-                        // A slot came free meanwhile: this turn takes it.
-                        let obj = ObjectRef::from_obj(obj.as_ref());
-                        Waiting::grant(&self.waiting, key.clone(), slot, move || {
-                            trigger.unbounded_send(obj).is_ok()
-                        });
-                    }
+                // that turn to the front of its namespace (once). A slot free meanwhile
+                // is not taken here: the queued turn is on its way to one.
+                if progress() == Progress::Completes && self.waiting.promote(&key) {
+                    let granted = self.turn(&key, obj.as_ref(), trigger);
+                    drop(self.slots.try_acquire_or_queue(namespace, || true, granted));
                 }
                 return Ok(Action::await_change());
             }
@@ -125,21 +121,19 @@ where
                     // tokio's clock (the same as std's outside paused-time tests).
                     let now = tokio::time::Instant::now().into_std();
                     let generation = obj.meta().generation;
-                    if let Gate::Wait(wait) = self
-                        .debounce
-                        .check(&key, generation, now, || ctx.progress(obj.as_ref()))
+                    if let Gate::Wait(wait) =
+                        self.debounce.check(&key, generation, now, &mut progress)
                     {
                         return Ok(Action::requeue(wait));
                     }
                 }
-                let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
                 // In the map before its turn can come (from another task's release).
                 self.waiting
                     .queue(&key, self.metrics.queued(self.controller));
                 let granted = self.turn(&key, obj.as_ref(), trigger);
                 // A trigger that completes its object goes before its namespace's others:
                 // the object is done sooner, and what it holds meanwhile is let go.
-                let completes = matches!(ctx.progress(obj.as_ref()), Progress::Completes);
+                let completes = || progress() == Progress::Completes;
                 let Some(slot) = self
                     .slots
                     .try_acquire_or_queue(namespace, completes, granted)
@@ -273,27 +267,27 @@ impl Waiting {
 
     /// Takes `key` out of the queue (a slot came at once), with its work-queue entry.
     fn unqueue(&self, key: &str) -> Option<Queued> {
-        let mut entries = self.entries();
-        match entries.remove(key) {
-            Some(Wait::Queued { queued, .. }) => Some(queued),
-            Some(other) => {
-                entries.insert(key.to_owned(), other);
-                None
-            }
-            None => None,
+        match self.take_if(key, |w| matches!(w, Wait::Queued { .. }))? {
+            Wait::Queued { queued, .. } => Some(queued),
+            Wait::Granted { .. } => None,
         }
     }
 
     /// The slot kept for `key`, if its turn came.
     fn granted(&self, key: &str) -> Option<(Slot, Queued)> {
+        match self.take_if(key, |w| matches!(w, Wait::Granted { .. }))? {
+            Wait::Granted { slot, queued, .. } => Some((slot, queued)),
+            Wait::Queued { .. } => None,
+        }
+    }
+
+    /// Removes the entry of `key` if it is `wanted`.
+    fn take_if(&self, key: &str, wanted: impl FnOnce(&Wait) -> bool) -> Option<Wait> {
         let mut entries = self.entries();
-        match entries.remove(key) {
-            Some(Wait::Granted { slot, queued, .. }) => Some((slot, queued)),
-            Some(other) => {
-                entries.insert(key.to_owned(), other);
-                None
-            }
-            None => None,
+        if entries.get(key).is_some_and(wanted) {
+            entries.remove(key)
+        } else {
+            None
         }
     }
 
@@ -617,6 +611,21 @@ mod tests {
         let guard = guard(1);
         let (trigger, mut asked) = futures::channel::mpsc::unbounded();
         let held = guard.slots.acquire("ns").await;
+        // What kube holds per running reconcile: not the reconcile's own future (64 KiB
+        // here), made and boxed once a slot is taken.
+        let own = std::mem::size_of_val(&large(Arc::new(config_map("1")), Arc::new(Settled)));
+        let dispatched = guard.clone().reconcile::<Failed>(
+            synced(),
+            trigger.clone(),
+            Arc::new(config_map("1")),
+            Arc::new(Settled),
+        );
+        let size = std::mem::size_of_val(&dispatched);
+        assert!(
+            own >= 64 * 1024 && size < 4 * 1024,
+            "{size} bytes beside {own}"
+        );
+        drop(dispatched);
         for _ in 0..3 {
             // Returns at once, holding nothing, and reconciles nothing.
             assert_eq!(
@@ -638,7 +647,12 @@ mod tests {
         );
         assert!(reconciled(&guard.metrics));
         // And gave it back.
-        assert!(guard.slots.try_acquire_or_queue("b", false, drop).is_some());
+        assert!(
+            guard
+                .slots
+                .try_acquire_or_queue("b", || false, drop)
+                .is_some()
+        );
     }
 
     /// A context whose objects complete once `done` is set.
