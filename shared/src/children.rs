@@ -222,7 +222,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         desired: &K,
         cached: Option<Arc<Slim<K>>>,
     ) -> Result<Child<K>, Error> {
-        self.apply_as(desired, cached, false).await
+        self.apply_as(desired, cached, false, Look::Create).await
     }
 
     /// [`Children::apply`] of a kind the operator keeps no cache of (a scaffolded operator's
@@ -234,19 +234,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
     /// # Errors
     /// As [`Children::apply`].
     pub async fn apply_uncached<K: ChildKind>(&mut self, desired: &K) -> Result<Child<K>, Error> {
-        let name = desired
-            .meta()
-            .name
-            .clone()
-            .ok_or_else(|| Error::MissingMetadata(format!("desired {}", K::kind(&()))))?;
-        match self.claim(&name, None, Look::Read).await? {
-            Claimed::Writable(slot) => match self.write_as(slot, desired, false).await? {
-                Written::Child(child) => Ok(child),
-                // Read free, then taken before the write: the next reconcile.
-                Written::Taken(e) => Err(Error::Kube(e)),
-            },
-            Claimed::Blocked(child) => Ok(child),
-        }
+        self.apply_as(desired, None, false, Look::Read).await
     }
 
     /// [`Children::apply`] for a kind with a `scale` subresource over `spec.replicas` (a
@@ -263,7 +251,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         desired: &K,
         cached: Option<Arc<Slim<K>>>,
     ) -> Result<Child<K>, Error> {
-        self.apply_as(desired, cached, true).await
+        self.apply_as(desired, cached, true, Look::Create).await
     }
 
     async fn apply_as<K: ChildKind>(
@@ -271,6 +259,7 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
         desired: &K,
         cached: Option<Arc<Slim<K>>>,
         scalable: bool,
+        look: Look,
     ) -> Result<Child<K>, Error> {
         let name = desired
             .meta()
@@ -285,24 +274,41 @@ impl<'a, P: Resource<DynamicType = ()>> Children<'a, P> {
             self.desired.insert((K::kind(&()), name));
             return Ok(self.record(Outcome::InSync, Some(Current::Cached(Arc::clone(slim)))));
         }
-        // The cache shows nothing under the name: a create that is refused wherever the
-        // name is taken, rather than a GET before every create. Refused, the name is read
-        // (one GET) and decided: the primary's own child not cached yet is written to, and
-        // anything else is what a claim finds (a stranger's, a leftover).
-        let slot = match self.claim(&name, cached, Look::Create).await? {
-            Claimed::Writable(slot) => slot,
-            Claimed::Blocked(child) => return Ok(child),
+        // With `Look::Create`, where the cache shows nothing under the name: a create that
+        // is refused wherever the name is taken, rather than a GET before every create.
+        // Refused, the name is read (one GET) and decided: the primary's own child not
+        // cached yet is written to, and anything else is what a claim finds (a stranger's,
+        // a leftover).
+        let written = match self
+            .claim_and_write(&name, cached, look, desired, scalable)
+            .await?
+        {
+            Written::Taken(_) if look == Look::Create => {
+                self.claim_and_write(&name, None, Look::Read, desired, scalable)
+                    .await?
+            }
+            written => written,
         };
-        match self.write_as(slot, desired, scalable).await? {
+        match written {
             Written::Child(child) => Ok(child),
-            Written::Taken(_) => match self.claim(&name, None, Look::Read).await? {
-                Claimed::Writable(slot) => match self.write_as(slot, desired, scalable).await? {
-                    Written::Child(child) => Ok(child),
-                    // Taken again between the read and the write: the next reconcile.
-                    Written::Taken(e) => Err(Error::Kube(e)),
-                },
-                Claimed::Blocked(child) => Ok(child),
-            },
+            // Read free, then taken before the write: the next reconcile.
+            Written::Taken(e) => Err(Error::Kube(e)),
+        }
+    }
+
+    /// [`Children::claim`] of `name`, then the write of `desired` if the name may be
+    /// written.
+    async fn claim_and_write<K: ChildKind>(
+        &mut self,
+        name: &str,
+        cached: Option<Arc<Slim<K>>>,
+        look: Look,
+        desired: &K,
+        scalable: bool,
+    ) -> Result<Written<K>, Error> {
+        match self.claim(name, cached, look).await? {
+            Claimed::Writable(slot) => self.write_as(slot, desired, scalable).await,
+            Claimed::Blocked(child) => Ok(Written::Child(child)),
         }
     }
 
