@@ -24,8 +24,11 @@
 //! Throughout: peak memory (`VmHWM`), CPU time, pods ever seen (extra pods
 //! beyond the desired count must be 0) and every API request the operator
 //! made, by verb and phase (counted at the client; see [`requests`]).
-//! Results: `target/bench/<operator>-<N>.json`, and from every such file
-//! `target/bench/operators.md` and `target/bench/ready-over-time.svg`.
+//! Results: `target/bench/<operator>-<N>.json` (`-x<R>` at other than 3 replicas: see
+//! [`options::run_name`]), and from every such file `target/bench/operators.md` and
+//! `target/bench/ready-over-time.svg`; where one kind was run at several N alike (`--objects
+//! 1000`, `10000`, `30000` at `--replicas 1`), `target/bench/cost-curve.md` and
+//! `target/bench/memory-per-object.svg` (see [`cost`]).
 //!
 //! `--go-ref` then runs the seed's Go original of the same kind (all four: PodSet,
 //! Memcached, Lolcow and PulsarConsumer, on controller-runtime; see [`go_ref`]) through the
@@ -34,6 +37,7 @@
 //! Where a Go original writes no status to read Ready from (Lolcow, PulsarConsumer), Ready
 //! is read from its children, and the record's `readiness` says how.
 
+mod cost;
 mod go_ref;
 mod options;
 mod phases;
@@ -94,10 +98,7 @@ fn run_standard(base: &OperatorArgs) -> Result<()> {
                 "bench operator: {} N={objects} failed: {e:#}",
                 operator.name()
             );
-            failed.push(format!(
-                "{}: {e:#}",
-                run_name(operator, objects, stranger_pods, base.namespaces)
-            ));
+            failed.push(format!("{}: {e:#}", run_name(&args)));
         }
     }
     let summary = report::write_summary()?;
@@ -208,10 +209,7 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
     let _ = fs::remove_file(&sa_kubeconfig);
     let _ = fs::remove_file(&proxy_kubeconfig);
     let (namespaces, result) = result?;
-    record(
-        &result?,
-        &run_name(op, args.objects, args.stranger_pods, args.namespaces),
-    )?;
+    record(&result?, &run_name(args))?;
     Ok(namespaces)
 }
 
@@ -266,13 +264,7 @@ fn bench_go(
         Ok::<_, anyhow::Error>(run::bench(args, &launcher, shape, &client).await.1)
     });
     let _ = fs::remove_file(&proxy_kubeconfig);
-    record(
-        &result??,
-        &format!(
-            "{}-go",
-            run_name(op, args.objects, args.stranger_pods, args.namespaces)
-        ),
-    )
+    record(&result??, &format!("{}-go", run_name(args)))
 }
 
 /// Writes `target/bench/<name>.json` and prints the run's line.
@@ -341,15 +333,28 @@ mod tests {
         assert!(set.contains(&(Operator::Podset, 1000, 0)));
         assert!(set.contains(&(Operator::Memcached, 1000, 0)));
         assert!(set.contains(&(Operator::Podset, 100, 5000)));
-        assert_eq!(run_name(Operator::Podset, 100, 0, 1), "podset-100");
+        let name = |operator, objects, replicas, stranger_pods, namespaces| {
+            run_name(&OperatorArgs {
+                operator,
+                objects,
+                replicas,
+                stranger_pods,
+                namespaces,
+                ..OperatorArgs::default()
+            })
+        };
+        assert_eq!(name(Operator::Podset, 100, 3, 0, 1), "podset-100");
         assert_eq!(
-            run_name(Operator::Podset, 100, 5000, 1),
+            name(Operator::Podset, 100, 3, 5000, 1),
             "podset-100-strangers-5000"
         );
         assert_eq!(
-            run_name(Operator::Memcached, 1000, 0, 10),
+            name(Operator::Memcached, 1000, 3, 0, 10),
             "memcached-1000-namespaces-10"
         );
+        // A cost curve's runs at one replica keep files of their own.
+        assert_eq!(name(Operator::Podset, 1000, 1, 0, 1), "podset-1000-x1");
+        assert_eq!(name(Operator::Lolcow, 1000, 1, 0, 1), "lolcow-1000");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub struct OperatorArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=30_000))]
     pub(super) objects: u32,
     /// Replicas of each object (PodSet, Memcached, PulsarConsumer; a Lolcow has one pod).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=20))]
+    #[arg(long, default_value_t = DEFAULT_REPLICAS, value_parser = clap::value_parser!(i32).range(1..=20))]
     pub(super) replicas: i32,
     /// The quiet window after convergence, in seconds, during which the operator must not write.
     #[arg(long, default_value_t = 60)]
@@ -76,7 +76,7 @@ impl Default for OperatorArgs {
         Self {
             operator: Operator::Podset,
             objects: 100,
-            replicas: 3,
+            replicas: DEFAULT_REPLICAS,
             settle_seconds: 60,
             quick: false,
             standard: false,
@@ -254,6 +254,9 @@ impl Operator {
 
 /// The first port of the cluster's NodePort range (`--service-node-port-range` of the
 /// local cluster, the Kubernetes default 30000-32767).
+/// Replicas of each object unless `--replicas` says otherwise.
+pub(super) const DEFAULT_REPLICAS: i32 = 3;
+
 pub(super) const FIRST_NODE_PORT: i32 = 30000;
 /// Its last port.
 pub(super) const LAST_NODE_PORT: i32 = 32767;
@@ -267,15 +270,20 @@ pub(super) fn standard_set() -> Vec<(Operator, u32, u32)> {
     set
 }
 
-/// The run's name, used for its file: `<operator>-<N>`, `-strangers-<M>` with them,
-/// `-namespaces-<K>` when spread over more than one.
-pub(super) fn run_name(op: Operator, objects: u32, strangers: u32, namespaces: u32) -> String {
-    let mut name = format!("{}-{objects}", op.name());
-    if strangers > 0 {
-        name.push_str(&format!("-strangers-{strangers}"));
+/// The run's name, used for its file: `<operator>-<N>`, `-x<R>` when each object has
+/// R replicas other than the default 3 (a Lolcow has no replicas), `-strangers-<M>`
+/// with them, `-namespaces-<K>` when spread over more than one. Runs that differ in any
+/// of these keep files of their own (a cost curve at 1 replica beside the standard set).
+pub(super) fn run_name(args: &OperatorArgs) -> String {
+    let mut name = format!("{}-{}", args.operator.name(), args.objects);
+    if args.replicas != DEFAULT_REPLICAS && args.operator != Operator::Lolcow {
+        name.push_str(&format!("-x{}", args.replicas));
     }
-    if namespaces > 1 {
-        name.push_str(&format!("-namespaces-{namespaces}"));
+    if args.stranger_pods > 0 {
+        name.push_str(&format!("-strangers-{}", args.stranger_pods));
+    }
+    if args.namespaces > 1 {
+        name.push_str(&format!("-namespaces-{}", args.namespaces));
     }
     name
 }

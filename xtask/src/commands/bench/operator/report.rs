@@ -47,7 +47,7 @@ fn run_label(run: &RunRecord) -> String {
 }
 
 /// Whether the run is of the Go original (`--go-ref`).
-fn is_go(run: &RunRecord) -> bool {
+pub(super) fn is_go(run: &RunRecord) -> bool {
     run.implementation == "go"
 }
 
@@ -70,7 +70,7 @@ fn operator_cell(run: &RunRecord) -> String {
 
 /// A number of seconds (or any fraction) as the JSON record writes it:
 /// `2.0`, not `2`.
-fn float(x: f64) -> String {
+pub(super) fn float(x: f64) -> String {
     serde_json::Value::from(x).to_string()
 }
 
@@ -175,8 +175,9 @@ fn mark(ok: bool) -> &'static str {
     if ok { "met" } else { "**missed**" }
 }
 
-/// Writes `operators.md` and `ready-over-time.svg` from every run; returns
-/// the Markdown.
+/// Writes `operators.md` and `ready-over-time.svg` from every run (with a Go original's
+/// run, `side-by-side.md`; with a kind run at several N, `cost-curve.md` and
+/// `memory-per-object.svg`); returns the Markdown of `operators.md`.
 pub fn write_summary() -> Result<String> {
     let runs = runs()?;
     let dir = out_dir()?;
@@ -188,6 +189,15 @@ pub fn write_summary() -> Result<String> {
         fs::write(&path, side_by_side(&runs))
             .with_context(|| format!("writing {}", path.display()))?;
         say!("wrote {}", path.display());
+    }
+    let series = super::cost::series(&runs);
+    if !series.is_empty() {
+        let (md_path, svg_path) = (dir.join("cost-curve.md"), dir.join("memory-per-object.svg"));
+        fs::write(&md_path, super::cost::markdown(&series))
+            .with_context(|| format!("writing {}", md_path.display()))?;
+        fs::write(&svg_path, super::cost::svg(&series))
+            .with_context(|| format!("writing {}", svg_path.display()))?;
+        say!("wrote {} and {}", md_path.display(), svg_path.display());
     }
     let svg_path = dir.join("ready-over-time.svg");
     fs::write(&svg_path, svg(&runs)).with_context(|| format!("writing {}", svg_path.display()))?;
@@ -496,14 +506,14 @@ fn targets_row(r: &RunRecord) -> String {
 }
 
 /// Escapes text for SVG.
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
 
 /// A tick step giving at most about 8 ticks over `max`.
-fn tick_step(max: f64) -> f64 {
+pub(super) fn tick_step(max: f64) -> f64 {
     [
         1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
     ]

@@ -388,12 +388,7 @@ struct Convergence {
 /// original.
 fn log_name(target: &Target<'_>) -> String {
     let args = target.args;
-    let base = run_name(
-        args.operator,
-        args.objects,
-        args.stranger_pods,
-        args.namespaces,
-    );
+    let base = run_name(args);
     match target.launcher {
         Launcher::Rust { .. } => base,
         Launcher::Go { .. } => format!("{base}-go"),
