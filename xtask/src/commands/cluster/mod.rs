@@ -19,7 +19,7 @@ mod process;
 pub use kubernetes::Kubernetes;
 pub use process::{Process, stop_process};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use process::{
     api_ready, is_our_process, runs_binary, start_process, stray_processes, wait_started,
 };
@@ -37,10 +37,13 @@ pub const API_SERVER: &str = "https://127.0.0.1:16443";
 pub const API_SERVER_PORT: u16 = 16443;
 const ETCD_CLIENT: &str = "http://127.0.0.1:12379";
 const ETCD_PEER: &str = "http://127.0.0.1:12380";
-/// How many simulated nodes `up` registers. kwok gives each room for 5,000
-/// pods: five hold the largest bench (PodSet 10,000 x 1, which grows to
-/// 20,000 pods when its change phase adds a replica).
+/// How many simulated nodes `up` registers. kwok gives each room for
+/// [`PODS_PER_SIMULATED_NODE`] pods: five hold the benches up to PodSet 10,000 x 1,
+/// which grows to 20,000 pods when its change phase adds a replica; a larger bench
+/// registers more ([`ensure_simulated_nodes`]).
 const NODES: usize = 5;
+/// The pods kwok lets one simulated node hold (its default `pods` capacity).
+const PODS_PER_SIMULATED_NODE: u64 = 5_000;
 
 /// Files of a running (or stopped) cluster.
 pub struct Layout {
@@ -321,7 +324,38 @@ fn wait_api_serves(layout: &Layout, timeout: Duration) -> bool {
     })
 }
 
+/// Registers simulated nodes beside [`NODES`] until they have room for `pods` pods and a
+/// tenth more (what a bench of 30,000 objects runs); returns how many there are. The
+/// extra nodes stay until `cluster down`.
+///
+/// # Errors
+/// When the cluster is not up, or the API server refuses the nodes.
+pub fn ensure_simulated_nodes(pods: u64) -> Result<usize> {
+    let layout = Layout::new();
+    ensure!(
+        is_up(&layout),
+        "the local cluster is not up: `cargo xtask cluster up`"
+    );
+    let count = simulated_nodes_for(pods);
+    if count > NODES {
+        say!("cluster: {count} simulated nodes, room for {pods} pods");
+        register_node_count(&layout, node::supported(), count)?;
+    }
+    Ok(count)
+}
+
+/// The simulated nodes that hold `pods` pods and a tenth more, at least [`NODES`].
+fn simulated_nodes_for(pods: u64) -> usize {
+    let wanted = (pods + pods / 10).div_ceil(PODS_PER_SIMULATED_NODE);
+    usize::try_from(wanted).unwrap_or(usize::MAX).max(NODES)
+}
+
 fn register_nodes(layout: &Layout, real_node: bool) -> Result<()> {
+    register_node_count(layout, real_node, NODES)
+}
+
+/// Registers the simulated nodes `kwok-node-0` to `kwok-node-<count - 1>`.
+fn register_node_count(layout: &Layout, real_node: bool, count: usize) -> Result<()> {
     // Beside a real node, ordinary pods stay off the simulated ones.
     let taints = if real_node {
         format!(
@@ -332,7 +366,7 @@ fn register_nodes(layout: &Layout, real_node: bool) -> Result<()> {
         String::new()
     };
     let mut manifest = String::new();
-    for i in 0..NODES {
+    for i in 0..count {
         manifest.push_str(&format!(
             "---
 apiVersion: v1
@@ -445,4 +479,18 @@ pub fn env() -> Result<()> {
     }
     say!("{}", env_line(&layout));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enough_simulated_nodes_for_a_bench_and_a_tenth_more() {
+        assert_eq!(simulated_nodes_for(0), NODES);
+        assert_eq!(simulated_nodes_for(20_000), NODES);
+        // 30,000 pods and a tenth: 33,000, on seven nodes of 5,000.
+        assert_eq!(simulated_nodes_for(30_000), 7);
+        assert_eq!(simulated_nodes_for(60_000), 14);
+    }
 }

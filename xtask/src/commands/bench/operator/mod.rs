@@ -190,6 +190,7 @@ fn bench_rust(runtime: &tokio::runtime::Runtime, args: &OperatorArgs) -> Result<
     };
     ensure!(binary.is_file(), "{} was not built", binary.display());
     let kubeconfig = cluster::up()?;
+    cluster::ensure_simulated_nodes(args.peak_pods())?;
     // `kubectl apply -k deploy/<operator>` (CRD, RBAC...), as the tests do.
     local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
     let sa_kubeconfig = service_account_kubeconfig(op, &kubeconfig)?;
@@ -234,6 +235,7 @@ fn bench_go(
         args.replicas
     );
     let kubeconfig = cluster::up()?;
+    cluster::ensure_simulated_nodes(args.peak_pods())?;
     local_operator::install(&admin_kubectl(&kubeconfig), op.crate_name(), "bench")?;
     let shape = go_ref::status_shape(op);
     let proxy_kubeconfig = proxy_kubeconfig_path(op, "-go")?;
@@ -355,6 +357,17 @@ mod tests {
         // A cost curve's runs at one replica keep files of their own.
         assert_eq!(name(Operator::Podset, 1000, 1, 0, 1), "podset-1000-x1");
         assert_eq!(name(Operator::Lolcow, 1000, 1, 0, 1), "lolcow-1000");
+        // The simulated nodes are sized for the most pods a run holds.
+        let args = |replicas, skip_change| OperatorArgs {
+            objects: 30_000,
+            replicas,
+            skip_change,
+            stranger_pods: 10,
+            ..OperatorArgs::default()
+        };
+        assert_eq!(args(1, true).peak_pods(), 30_010);
+        assert_eq!(args(1, false).peak_pods(), 60_010);
+        assert_eq!(args(3, false).peak_pods(), 90_010);
     }
 
     #[test]

@@ -71,6 +71,20 @@ pub struct OperatorArgs {
     pub(super) binary: Option<PathBuf>,
 }
 
+impl OperatorArgs {
+    /// The most pods the run holds at once: every object's pods, before or after the
+    /// change phase, and the stranger pods.
+    pub(super) fn peak_pods(&self) -> u64 {
+        let op = self.operator;
+        let mut per_object = op.pods_per_object(self.replicas);
+        if !self.skip_change {
+            per_object = per_object.max(op.pods_per_object(op.changed_replicas(self.replicas)));
+        }
+        u64::from(self.objects) * u64::try_from(per_object).unwrap_or(0)
+            + u64::from(self.stranger_pods)
+    }
+}
+
 impl Default for OperatorArgs {
     fn default() -> Self {
         Self {
