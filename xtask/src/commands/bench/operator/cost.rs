@@ -3,9 +3,10 @@
 //! namespace), as a table (`cost-curve.md`) and a chart of memory per object against N
 //! (`memory-per-object.svg`, N on a logarithmic axis).
 
+use super::chart::{self, BOTTOM, LEFT, RIGHT, TOP};
 use super::procfs::mib;
 use super::record::RunRecord;
-use super::report::{esc, float, is_go, tick_step};
+use super::report::{float, is_go, tick_step};
 use crate::commands::bench::common::{round3, table};
 use std::fmt::Write as _;
 
@@ -102,15 +103,6 @@ pub(super) fn markdown(series: &[Series<'_>]) -> String {
 
 /// Memory per object above idle against N (logarithmic), one line per series.
 pub(super) fn svg(series: &[Series<'_>]) -> String {
-    const W: f64 = 820.0;
-    const H: f64 = 440.0;
-    const LEFT: f64 = 60.0;
-    const RIGHT: f64 = 600.0;
-    const TOP: f64 = 40.0;
-    const BOTTOM: f64 = 380.0;
-    const COLORS: [&str; 6] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-    ];
     let all = || series.iter().flat_map(|s| s.runs.iter());
     let n_min = all()
         .map(|r| f64::from(r.objects.max(1)))
@@ -132,15 +124,9 @@ pub(super) fn svg(series: &[Series<'_>]) -> String {
     let y = |kib: f64| BOTTOM - kib / y_max * (BOTTOM - TOP);
 
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">Memory per object above idle, after the quiet window</text>"#,
-        (LEFT + RIGHT) / 2.0
+    chart::open(
+        &mut s,
+        "Memory per object above idle, after the quiet window",
     );
     let mut kib = 0.0;
     while kib <= y_max + 1e-9 {
@@ -165,24 +151,9 @@ pub(super) fn svg(series: &[Series<'_>]) -> String {
             BOTTOM + 16.0
         );
     }
-    let _ = writeln!(
-        s,
-        r#"<line x1="{LEFT}" y1="{BOTTOM}" x2="{RIGHT}" y2="{BOTTOM}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{BOTTOM}" stroke="black"/>"#
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">objects (N, logarithmic)</text>"#,
-        (LEFT + RIGHT) / 2.0,
-        BOTTOM + 36.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">KiB per object</text>"#,
-        (TOP + BOTTOM) / 2.0,
-        (TOP + BOTTOM) / 2.0
-    );
+    chart::axes(&mut s, "objects (N, logarithmic)", "KiB per object");
     for (i, one) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+        let color = chart::color(i);
         let points: Vec<(f64, f64)> = one
             .runs
             .iter()
@@ -205,18 +176,9 @@ pub(super) fn svg(series: &[Series<'_>]) -> String {
                 r.kib_per_object
             );
         }
-        let ly = TOP + 10.0 + i as f64 * 20.0;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
-            RIGHT + 20.0,
-            RIGHT + 44.0,
-            RIGHT + 50.0,
-            ly + 4.0,
-            esc(&one.label)
-        );
+        chart::legend(&mut s, i, &one.label);
     }
-    let _ = writeln!(s, "</svg>");
+    chart::close(&mut s);
     s
 }
 

@@ -37,6 +37,7 @@
 //! Where a Go original writes no status to read Ready from (Lolcow, PulsarConsumer), Ready
 //! is read from its children, and the record's `readiness` says how.
 
+mod chart;
 mod cost;
 mod go_ref;
 mod options;

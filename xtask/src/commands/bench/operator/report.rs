@@ -2,6 +2,7 @@
 //! `operators.md` (tables, targets) and `ready-over-time.svg` (objects Ready
 //! over time after the create, one line per run).
 
+use super::chart;
 use super::procfs::mib;
 use super::record::{Requests, RunRecord};
 use crate::commands::bench::common::{out_dir, round3, table};
@@ -505,13 +506,6 @@ fn targets_row(r: &RunRecord) -> String {
     )
 }
 
-/// Escapes text for SVG.
-pub(super) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 /// A tick step giving at most about 8 ticks over `max`.
 pub(super) fn tick_step(max: f64) -> f64 {
     [
@@ -525,15 +519,7 @@ pub(super) fn tick_step(max: f64) -> f64 {
 /// Percent of objects Ready against seconds since the create, one step line
 /// per run.
 fn svg(runs: &[RunRecord]) -> String {
-    const W: f64 = 820.0;
-    const H: f64 = 440.0;
-    const LEFT: f64 = 60.0;
-    const RIGHT: f64 = 600.0;
-    const TOP: f64 = 40.0;
-    const BOTTOM: f64 = 380.0;
-    const COLORS: [&str; 8] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
-    ];
+    use super::chart::{BOTTOM, LEFT, RIGHT, TOP};
     let curves: Vec<(String, Vec<f64>)> = runs
         .iter()
         .map(|r| {
@@ -551,16 +537,7 @@ fn svg(runs: &[RunRecord]) -> String {
     let y = |pct: f64| BOTTOM - pct / 100.0 * (BOTTOM - TOP);
 
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">Objects Ready after creating N at once</text>"#,
-        (LEFT + RIGHT) / 2.0
-    );
+    chart::open(&mut s, "Objects Ready after creating N at once");
     // Grid, ticks and labels.
     for i in 0..=4 {
         let pct = f64::from(i) * 25.0;
@@ -582,25 +559,13 @@ fn svg(runs: &[RunRecord]) -> String {
         );
         t += step;
     }
-    let _ = writeln!(
-        s,
-        r#"<line x1="{LEFT}" y1="{BOTTOM}" x2="{RIGHT}" y2="{BOTTOM}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{BOTTOM}" stroke="black"/>"#
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">seconds since the first create</text>"#,
-        (LEFT + RIGHT) / 2.0,
-        BOTTOM + 36.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">objects Ready (% of N)</text>"#,
-        (TOP + BOTTOM) / 2.0,
-        (TOP + BOTTOM) / 2.0
+    chart::axes(
+        &mut s,
+        "seconds since the first create",
+        "objects Ready (% of N)",
     );
     // One step line per run, and the legend.
     for (i, (label, times)) in curves.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
         let n = times.len().max(1) as f64;
         let mut points = vec![format!("{:.1},{:.1}", x(0.0), y(0.0))];
         for (k, t) in times.iter().enumerate() {
@@ -609,21 +574,13 @@ fn svg(runs: &[RunRecord]) -> String {
         }
         let _ = writeln!(
             s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#,
+            chart::color(i),
             points.join(" ")
         );
-        let ly = TOP + 10.0 + i as f64 * 20.0;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
-            RIGHT + 20.0,
-            RIGHT + 44.0,
-            RIGHT + 50.0,
-            ly + 4.0,
-            esc(label)
-        );
+        chart::legend(&mut s, i, label);
     }
-    let _ = writeln!(s, "</svg>");
+    chart::close(&mut s);
     s
 }
 
