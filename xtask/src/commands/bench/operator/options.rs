@@ -266,11 +266,11 @@ impl Operator {
     }
 }
 
-/// The first port of the cluster's NodePort range (`--service-node-port-range` of the
-/// local cluster, the Kubernetes default 30000-32767).
 /// Replicas of each object unless `--replicas` says otherwise.
 pub(super) const DEFAULT_REPLICAS: i32 = 3;
 
+/// The first port of the cluster's NodePort range (`--service-node-port-range` of the
+/// local cluster, the Kubernetes default 30000-32767).
 pub(super) const FIRST_NODE_PORT: i32 = 30000;
 /// Its last port.
 pub(super) const LAST_NODE_PORT: i32 = 32767;
