@@ -188,7 +188,7 @@ where
         if self.resyncs.claim(&key) {
             self.debounce.ran(&key, obj.meta().generation);
         }
-        let _worker = queued.start();
+        let _worker = queued.start(&self.metrics);
         let reconcile = (self.reconcile)(obj, ctx);
         guarded_reconcile(
             self.controller,
@@ -216,11 +216,26 @@ const GRANT_CLAIM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 
 /// The objects waiting for a reconcile slot, by key, and the slots kept for them until
 /// kube hands them over again ([`Guard::reconcile`]).
+///
+/// A burst of N objects is N entries at once; once they have run, the map gives the room
+/// back ([`shrunk`]), and the grants not claimed yet wait in one queue of deadlines, not in
+/// a timer task each.
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
     entries: Mutex<HashMap<String, Wait>>,
     /// Tells one grant of a key from a later one (for [`GRANT_CLAIM_TIMEOUT`]).
     grants: std::sync::atomic::AtomicU64,
+    /// The grants to let go of if still unclaimed, oldest first (one timeout for all, so
+    /// the order of the grants is the order of their deadlines).
+    unclaimed: Mutex<Unclaimed>,
+}
+
+/// See [`Waiting::unclaimed`].
+#[derive(Debug, Default)]
+struct Unclaimed {
+    deadlines: std::collections::VecDeque<(tokio::time::Instant, String, u64)>,
+    /// Whether the task that lets them go is running.
+    sweeping: bool,
 }
 
 #[derive(Debug)]
@@ -232,10 +247,24 @@ enum Wait {
     Granted { slot: Slot, queued: Queued, id: u64 },
 }
 
+/// `map` with room for at most twice its entries (and never less than 64) once it holds
+/// under a quarter of its capacity: a map that held a burst gives the memory back.
+fn shrunk<V>(map: &mut HashMap<String, V>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to((map.len() * 2).max(64));
+    }
+}
+
 impl Waiting {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Wait>> {
         // Each statement leaves the map consistent: a panic elsewhere cannot break it.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn unclaimed(&self) -> std::sync::MutexGuard<'_, Unclaimed> {
+        self.unclaimed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Queues `key`, with its work-queue entry.
@@ -285,7 +314,9 @@ impl Waiting {
     fn take_if(&self, key: &str, wanted: impl FnOnce(&Wait) -> bool) -> Option<Wait> {
         let mut entries = self.entries();
         if entries.get(key).is_some_and(wanted) {
-            entries.remove(key)
+            let taken = entries.remove(key);
+            shrunk(&mut entries);
+            taken
         } else {
             None
         }
@@ -323,12 +354,52 @@ impl Waiting {
             this.expire(&key, id);
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let this = Arc::clone(this);
-            runtime.spawn(async move {
-                tokio::time::sleep(GRANT_CLAIM_TIMEOUT).await;
-                this.expire(&key, id);
-            });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + GRANT_CLAIM_TIMEOUT;
+        let start = {
+            let mut unclaimed = this.unclaimed();
+            unclaimed.deadlines.push_back((deadline, key, id));
+            !std::mem::replace(&mut unclaimed.sweeping, true)
+        };
+        if start {
+            runtime.spawn(Arc::clone(this).sweep_unclaimed());
+        }
+    }
+
+    /// Lets go of each grant in [`Waiting::unclaimed`] as its deadline comes (those claimed
+    /// meanwhile are only forgotten); ends when none is left.
+    async fn sweep_unclaimed(self: Arc<Self>) {
+        loop {
+            let (due, next) = {
+                let mut unclaimed = self.unclaimed();
+                let now = tokio::time::Instant::now();
+                let mut due = Vec::new();
+                while unclaimed
+                    .deadlines
+                    .front()
+                    .is_some_and(|(deadline, _, _)| *deadline <= now)
+                {
+                    due.extend(unclaimed.deadlines.pop_front());
+                }
+                let next = unclaimed
+                    .deadlines
+                    .front()
+                    .map(|(deadline, _, _)| *deadline);
+                if next.is_none() {
+                    unclaimed.sweeping = false;
+                    unclaimed.deadlines.shrink_to_fit();
+                }
+                (due, next)
+            };
+            for (_, key, id) in due {
+                self.expire(&key, id);
+            }
+            match next {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => return,
+            }
         }
     }
 
@@ -337,7 +408,11 @@ impl Waiting {
         let expired = {
             let mut entries = self.entries();
             match entries.get(key) {
-                Some(Wait::Granted { id: kept, .. }) if *kept == id => entries.remove(key),
+                Some(Wait::Granted { id: kept, .. }) if *kept == id => {
+                    let expired = entries.remove(key);
+                    shrunk(&mut entries);
+                    expired
+                }
                 _ => None,
             }
         };
@@ -347,7 +422,12 @@ impl Waiting {
     /// Forgets `key` (its object is gone): its slot, if kept, goes to the next in turn;
     /// a turn still to come finds nobody and passes the slot on.
     fn forget(&self, key: &str) {
-        let gone = self.entries().remove(key);
+        let gone = {
+            let mut entries = self.entries();
+            let gone = entries.remove(key);
+            shrunk(&mut entries);
+            gone
+        };
         drop(gone);
     }
 }
@@ -734,6 +814,59 @@ mod tests {
             );
         }
         assert!(!reconciled(&guard.metrics));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_nobody_claims_lets_its_slot_go_after_the_timeout() {
+        let guard = guard(1);
+        let (trigger, mut asked) = futures::channel::mpsc::unbounded();
+        let held = guard.slots.acquire("ns").await;
+        assert_eq!(
+            dispatch(&guard, &trigger, "1").await,
+            Action::await_change()
+        );
+        // Its turn: the slot is kept for it, kube is asked, and nothing claims it.
+        drop(held);
+        assert!(asked.try_recv().is_ok());
+        let early = tokio::time::timeout(
+            GRANT_CLAIM_TIMEOUT - Duration::from_secs(1),
+            guard.slots.acquire("b"),
+        )
+        .await;
+        assert!(
+            early.is_err(),
+            "kept for the granted object until the timeout"
+        );
+        let later = tokio::time::timeout(Duration::from_secs(2), guard.slots.acquire("b")).await;
+        assert!(later.is_ok(), "let go once the timeout passed");
+        // The one sweeping task has ended, and nothing is left waiting.
+        tokio::task::yield_now().await;
+        let unclaimed = guard.waiting.unclaimed();
+        assert!(unclaimed.deadlines.is_empty() && !unclaimed.sweeping);
+        drop(unclaimed);
+        assert!(guard.waiting.entries().is_empty());
+        assert!(!reconciled(&guard.metrics));
+    }
+
+    #[test]
+    fn a_burst_of_waiting_objects_leaves_no_room_behind() {
+        let (waiting, metrics) = (Waiting::default(), Metrics::new());
+        let keys: Vec<String> = (0..10_000).map(|i| format!("ns/o-{i}")).collect();
+        for key in &keys {
+            waiting.queue(key, metrics.queued("c"));
+        }
+        assert!(waiting.entries().capacity() >= 10_000);
+        for key in &keys[..9_990] {
+            assert!(waiting.unqueue(key).is_some());
+        }
+        let (len, capacity) = {
+            let entries = waiting.entries();
+            (entries.len(), entries.capacity())
+        };
+        assert_eq!(len, 10);
+        assert!(capacity <= 128, "room for {capacity} left after the burst");
+        // What each waiting object holds besides its key.
+        assert!(std::mem::size_of::<Queued>() <= 48);
     }
 
     #[tokio::test]

@@ -430,14 +430,13 @@ impl Metrics {
     /// `workqueue_depth` until [`Queued::start`] (see the module docs for what this
     /// measures and what it cannot).
     #[must_use]
-    pub(crate) fn queued(&self, controller: &str) -> Queued {
+    pub(crate) fn queued(&self, controller: &'static str) -> Queued {
         let labels = queue_labels(controller);
         self.workqueue_adds_total.get_or_create(&labels).inc();
         let depth = self.workqueue_depth.get_or_create(&labels).clone();
         depth.inc();
         Queued {
-            metrics: self.clone(),
-            controller: controller.to_owned(),
+            controller,
             since: Instant::now(),
             depth: Some(depth),
         }
@@ -470,11 +469,12 @@ impl Metrics {
     }
 }
 
-/// A dispatched reconcile not yet running (see [`Metrics::queued`]).
+/// A dispatched reconcile not yet running (see [`Metrics::queued`]). Every object
+/// waiting for a slot holds one, so it is kept small (40 bytes): the metrics it ends in
+/// are passed to [`Queued::start`] rather than held.
 #[derive(Debug)]
 pub(crate) struct Queued {
-    metrics: Metrics,
-    controller: String,
+    controller: &'static str,
     since: Instant,
     depth: Option<Gauge<i64, AtomicI64>>,
 }
@@ -484,20 +484,19 @@ impl Queued {
     /// `workqueue_queue_duration_seconds`, and counts a busy worker (and its running time
     /// for the unfinished-work gauges) until the guard is dropped.
     #[must_use]
-    pub(crate) fn start(mut self) -> WorkerGuard {
+    pub(crate) fn start(mut self, m: &Metrics) -> WorkerGuard {
         if let Some(depth) = self.depth.take() {
             depth.dec();
         }
-        let m = &self.metrics;
         m.workqueue_queue_duration_seconds
-            .get_or_create(&queue_labels(&self.controller))
+            .get_or_create(&queue_labels(self.controller))
             .observe(self.since.elapsed().as_secs_f64());
         let active = m
             .active_workers
-            .get_or_create(&controller_labels(&self.controller))
+            .get_or_create(&controller_labels(self.controller))
             .clone();
         active.inc();
-        let id = m.in_flight.begin(&self.controller);
+        let id = m.in_flight.begin(self.controller);
         WorkerGuard {
             active,
             in_flight: m.in_flight.clone(),
@@ -681,7 +680,7 @@ mod tests {
             text.contains(r#"workqueue_adds_total{name="c",controller="c"} 1"#),
             "{text}"
         );
-        let worker = queued.start();
+        let worker = queued.start(&m);
         let text = m.encode();
         assert!(
             text.contains(r#"workqueue_depth{name="c",controller="c"} 0"#),
