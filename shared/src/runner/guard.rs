@@ -218,8 +218,8 @@ const GRANT_CLAIM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// kube hands them over again ([`Guard::reconcile`]).
 ///
 /// A burst of N objects is N entries at once; once they have run, the map gives the room
-/// back ([`shrunk`]), and the grants not claimed yet wait in one queue of deadlines, not in
-/// a timer task each.
+/// back ([`shrink_when_sparse`](crate::expiring::shrink_when_sparse)), and the grants
+/// not claimed yet wait in one queue of deadlines, not in a timer task each.
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
     entries: Mutex<HashMap<String, Wait>>,
@@ -245,14 +245,6 @@ enum Wait {
     Queued { queued: Queued, promoted: bool },
     /// Its turn came: the slot kept for it (grant `id`).
     Granted { slot: Slot, queued: Queued, id: u64 },
-}
-
-/// `map` with room for at most twice its entries (and never less than 64) once it holds
-/// under a quarter of its capacity: a map that held a burst gives the memory back.
-fn shrunk<V>(map: &mut HashMap<String, V>) {
-    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
-        map.shrink_to((map.len() * 2).max(64));
-    }
 }
 
 impl Waiting {
@@ -315,7 +307,7 @@ impl Waiting {
         let mut entries = self.entries();
         if entries.get(key).is_some_and(wanted) {
             let taken = entries.remove(key);
-            shrunk(&mut entries);
+            crate::expiring::shrink_when_sparse(&mut *entries);
             taken
         } else {
             None
@@ -410,7 +402,7 @@ impl Waiting {
             match entries.get(key) {
                 Some(Wait::Granted { id: kept, .. }) if *kept == id => {
                     let expired = entries.remove(key);
-                    shrunk(&mut entries);
+                    crate::expiring::shrink_when_sparse(&mut *entries);
                     expired
                 }
                 _ => None,
@@ -425,7 +417,7 @@ impl Waiting {
         let gone = {
             let mut entries = self.entries();
             let gone = entries.remove(key);
-            shrunk(&mut entries);
+            crate::expiring::shrink_when_sparse(&mut *entries);
             gone
         };
         drop(gone);
