@@ -93,7 +93,10 @@ impl shared::Pacing<PulsarConsumer> for Context {
         let Some(ns) = shared::awaiting_ready(pc) else {
             return shared::Progress::Settled;
         };
-        let done = match self.deployments.find_full(&ns, &pc.name_any()) {
+        let done = match self
+            .deployments
+            .find_full(&ns, &desired::deployment_name(pc))
+        {
             Ok(Some(deployment)) => {
                 let want = deployment
                     .spec
@@ -284,6 +287,30 @@ mod tests {
             [GET_DEPLOYMENT, APPLY_DEPLOYMENT, STATUS, EVENT]
         );
         (result, api)
+    }
+
+    #[tokio::test]
+    async fn its_deployment_rolled_out_completes_an_object_awaiting_ready() {
+        use crate::fixtures::{counts, deployment};
+        use shared::{Pacing, Progress};
+        let pc = consumer(2);
+        // Its progress with `cached` in the Deployments' cache.
+        let progress = |cached: Vec<Deployment>| {
+            let client = Scripted::new(Vec::new()).client();
+            let ctx = Context::new(toolkit(client.clone(), OPERATOR), None);
+            cache(&ctx.deployments, &client, cached);
+            ctx.progress(&pc)
+        };
+        assert_eq!(progress(vec![]), Progress::Settled, "no Deployment cached");
+        // Cached under its own name, `orders-deployment`, not the PulsarConsumer's.
+        let rolling = deployment(&pc, counts(5, 2, 2, 1));
+        assert_eq!(
+            progress(vec![rolling]),
+            Progress::Settled,
+            "one of two ready"
+        );
+        let rolled_out = deployment(&pc, counts(5, 2, 2, 2));
+        assert_eq!(progress(vec![rolled_out]), Progress::Completes);
     }
 
     #[tokio::test]
