@@ -247,6 +247,13 @@ enum Wait {
     Granted { slot: Slot, queued: Queued, id: u64 },
 }
 
+/// Removes `key`'s entry; the map gives its room back once a burst has run.
+fn removed(entries: &mut HashMap<String, Wait>, key: &str) -> Option<Wait> {
+    let removed = entries.remove(key);
+    crate::expiring::shrink_when_sparse(entries);
+    removed
+}
+
 impl Waiting {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Wait>> {
         // Each statement leaves the map consistent: a panic elsewhere cannot break it.
@@ -306,9 +313,7 @@ impl Waiting {
     fn take_if(&self, key: &str, wanted: impl FnOnce(&Wait) -> bool) -> Option<Wait> {
         let mut entries = self.entries();
         if entries.get(key).is_some_and(wanted) {
-            let taken = entries.remove(key);
-            crate::expiring::shrink_when_sparse(&mut *entries);
-            taken
+            removed(&mut entries, key)
         } else {
             None
         }
@@ -400,11 +405,7 @@ impl Waiting {
         let expired = {
             let mut entries = self.entries();
             match entries.get(key) {
-                Some(Wait::Granted { id: kept, .. }) if *kept == id => {
-                    let expired = entries.remove(key);
-                    crate::expiring::shrink_when_sparse(&mut *entries);
-                    expired
-                }
+                Some(Wait::Granted { id: kept, .. }) if *kept == id => removed(&mut entries, key),
                 _ => None,
             }
         };
@@ -414,12 +415,7 @@ impl Waiting {
     /// Forgets `key` (its object is gone): its slot, if kept, goes to the next in turn;
     /// a turn still to come finds nobody and passes the slot on.
     fn forget(&self, key: &str) {
-        let gone = {
-            let mut entries = self.entries();
-            let gone = entries.remove(key);
-            crate::expiring::shrink_when_sparse(&mut *entries);
-            gone
-        };
+        let gone = removed(&mut self.entries(), key);
         drop(gone);
     }
 }
