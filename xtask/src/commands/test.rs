@@ -7,6 +7,7 @@
 
 use crate::commands::cluster;
 use crate::commands::crds;
+use crate::commands::image;
 use crate::commands::pulsar;
 use anyhow::{Context, Result};
 use std::process::Command;
@@ -71,11 +72,22 @@ pub fn run(args: &TestArgs) -> Result<()> {
     if args.compat {
         return compat(args, &kubernetes, start);
     }
+    let prebuild = !args.no_e2e && args.e2e_filter.is_none();
     step("machine set-up (packages the tests need)", || {
         xtask::support::machine_packages::ensure_debian(&xtask::support::machine_packages::BUILD)?;
         xtask::support::machine_packages::ensure_debian(&xtask::support::machine_packages::TEST)?;
-        xtask::support::machine_packages::ensure_hadolint()
+        xtask::support::machine_packages::ensure_hadolint()?;
+        if prebuild {
+            // The arm64 image test's cross toolchain, here rather than in the background
+            // build below: one apt-get at a time.
+            image::ensure_cross_toolchain(PREBUILT_CROSS.1)?;
+        }
+        Ok(())
     })?;
+    // The release builds the end-to-end tests deploy and the quick start ends with,
+    // from here on in the background: the time the static checks and the tests leave
+    // the cores idle (downloads, waits for the cluster) goes into them.
+    let mut prebuild = prebuild.then(Prebuild::start);
     step("cargo fmt --check", || {
         cmd::run(cargo().args(["fmt", "--all", "--", "--check"]))
     })?;
@@ -130,6 +142,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
     if !args.no_e2e {
         step("end-to-end tests", || e2e(args, &kubernetes, &mut None))?;
     }
+    if let Some(prebuild) = prebuild.take() {
+        prebuild.finish();
+    }
     say!("all checks passed in {}", cmd::elapsed(start));
     let (passed, failed) = TOTALS.lock().map(|t| *t).unwrap_or_default();
     let skipped = skipped_tests();
@@ -145,6 +160,115 @@ pub fn run(args: &TestArgs) -> Result<()> {
         passed.saturating_sub(skipped)
     );
     Ok(())
+}
+
+/// The cross-compiled image binary the image test builds: the package and platform.
+const PREBUILT_CROSS: (&str, image::Platform) = ("podset-operator", image::Platform::ARM64);
+
+/// The release builds of the images, run in a thread at the lowest CPU priority while
+/// the static checks and the tests run: every image binary for this machine, then
+/// [`PREBUILT_CROSS`]. The same `cargo build` commands as `cargo xtask image` and
+/// `deploy` run, so a test's own build waits for cargo's lock on the build directory and
+/// then finds nothing to do. Only an optimisation: a failure here is reported, and the
+/// tests' own builds say what failed. Dropped (an early error) it stops the build.
+struct Prebuild {
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+    child: std::sync::Arc<std::sync::Mutex<Option<std::process::Child>>>,
+    stopped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Prebuild {
+    fn start() -> Self {
+        let child = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (slot, stop) = (child.clone(), stopped.clone());
+        let thread = std::thread::spawn(move || -> Result<()> {
+            let log = paths::target_dir().join("prebuild.log");
+            std::fs::create_dir_all(paths::target_dir())?;
+            let file = std::fs::File::create(&log)
+                .with_context(|| format!("creating {}", log.display()))?;
+            let commands = [
+                image::binaries_build()?,
+                image::cross_binary_build(PREBUILT_CROSS.0, PREBUILT_CROSS.1),
+            ];
+            for command in &commands {
+                let mut command = cmd::at_lowest_priority(command);
+                command
+                    .stdin(std::process::Stdio::null())
+                    .stdout(file.try_clone()?)
+                    .stderr(file.try_clone()?);
+                let shown = cmd::show(&command);
+                let status = {
+                    let mut guard = slot.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Ok(());
+                    }
+                    *guard = Some(
+                        command
+                            .spawn()
+                            .with_context(|| format!("could not start `{shown}`"))?,
+                    );
+                    drop(guard);
+                    loop {
+                        let mut guard = slot.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                        let Some(running) = guard.as_mut() else {
+                            return Ok(());
+                        };
+                        if let Some(status) = running.try_wait()? {
+                            *guard = None;
+                            break status;
+                        }
+                        drop(guard);
+                        std::thread::sleep(std::time::Duration::from_millis(500));
+                    }
+                };
+                if !status.success() {
+                    anyhow::bail!(
+                        "`{shown}` failed ({status}); its output is in {}",
+                        log.display()
+                    );
+                }
+            }
+            Ok(())
+        });
+        say!(
+            "==> release builds of the images: in the background (nice -n 19, output in target/prebuild.log)"
+        );
+        Self {
+            thread: Some(thread),
+            child,
+            stopped,
+        }
+    }
+
+    /// Waits for the build (done by the time the image tests ran) and says how it ended.
+    fn finish(mut self) {
+        if let Some(thread) = self.thread.take() {
+            match thread.join() {
+                Ok(Ok(())) => say!("==> release builds of the images (background): ok"),
+                Ok(Err(e)) => say!("==> release builds of the images (background) failed: {e:#}"),
+                Err(_) => {
+                    say!("==> release builds of the images (background): the thread panicked")
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Prebuild {
+    fn drop(&mut self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut slot) = self.child.lock()
+            && let Some(mut running) = slot.take()
+        {
+            // `nice` execs cargo; its compilers go with it.
+            xtask::support::process_group::kill_tree(&mut running);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Where end-to-end tests that could not run say so (one line each).

@@ -169,3 +169,62 @@ pub fn cargo() -> Command {
     }
     cargo
 }
+
+/// `command` run through `nice -n 19`: the same program, arguments, environment and
+/// directory, at the lowest CPU priority, so that it takes only the time the cores
+/// would otherwise idle.
+#[must_use]
+pub fn at_lowest_priority(command: &Command) -> Command {
+    let mut nice = Command::new("nice");
+    nice.args(["-n", "19"])
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => nice.env(name, value),
+            None => nice.env_remove(name),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        nice.current_dir(dir);
+    }
+    nice
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_lowest_priority_keeps_the_program_arguments_environment_and_directory() {
+        let mut command = Command::new("cargo");
+        command
+            .args(["build", "--release"])
+            .env("RUSTFLAGS", "-C target-feature=+crt-static")
+            .env_remove("CARGO_PKG_NAME")
+            .current_dir("/");
+        let nice = at_lowest_priority(&command);
+        assert_eq!(nice.get_program(), "nice");
+        let args: Vec<_> = nice.get_args().collect();
+        assert_eq!(args, ["-n", "19", "cargo", "build", "--release"]);
+        let envs: Vec<_> = nice.get_envs().collect();
+        assert!(envs.contains(&(
+            std::ffi::OsStr::new("RUSTFLAGS"),
+            Some(std::ffi::OsStr::new("-C target-feature=+crt-static"))
+        )));
+        assert!(envs.contains(&(std::ffi::OsStr::new("CARGO_PKG_NAME"), None)));
+        assert_eq!(nice.get_current_dir(), Some(Path::new("/")));
+    }
+
+    #[test]
+    fn at_lowest_priority_really_lowers_the_priority() {
+        let out = at_lowest_priority(Command::new("nice").env("LC_ALL", "C"))
+            .output()
+            .expect("nice runs");
+        let niceness: i32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("nice prints the niceness");
+        assert_eq!(niceness, 19);
+    }
+}

@@ -61,6 +61,52 @@ pub fn group_alive(pgid: u32) -> bool {
     })
 }
 
+/// `pid` and every process it started, children before their parents' turn ends: the
+/// processes whose parent chain leads to `pid`, read from procfs (empty without it).
+fn tree(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return vec![pid];
+    };
+    let parents: Vec<(u32, u32)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the command name: state, ppid, ...
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![pid];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        next += 1;
+    }
+    found
+}
+
+/// SIGKILL to `child` and every process it started (a build's compilers), for a child
+/// kept in this process's group so that Ctrl-C reaches it, then reaps it.
+pub fn kill_tree(child: &mut Child) {
+    for pid in tree(child.id()).into_iter().rev() {
+        signal_process(pid, "KILL");
+    }
+    let _ = child.wait();
+}
+
 /// Sends `signal` (a name: `TERM`, `KILL`) to one process; whether it was delivered.
 pub fn signal_process(pid: u32, signal: &str) -> bool {
     Command::new("kill")
@@ -245,5 +291,31 @@ mod tests {
     fn this_process_is_alive_and_never_signalled_as_group_1() {
         assert!(alive(std::process::id()));
         assert!(signal(1, "TERM").is_err());
+    }
+
+    #[test]
+    fn kill_tree_stops_a_child_and_what_it_started() {
+        // A shell that starts a grandchild and waits for it: the grandchild's pid on stdout.
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 300 & echo $!; wait"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh starts");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the grandchild's pid");
+        let grandchild: u32 = line.trim().parse().expect("a pid");
+        assert!(alive(grandchild));
+        kill_tree(&mut child);
+        assert!(!alive(child.id()));
+        // Reaped by init or the reaper of this test process, it is dead either way.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(grandchild) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(grandchild), "the grandchild survived");
     }
 }

@@ -250,6 +250,15 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     // as much as for `test` and `demo`.
     xtask::support::machine_packages::ensure_debian(&xtask::support::machine_packages::BUILD)?;
     say!("image: building {name} (release, static, {triple})");
+    cmd::run(&mut binaries_build()?)?;
+    checked_static(paths::target_dir().join(triple).join("release").join(name))
+}
+
+/// The `cargo build` of [`build_binary`]: every image binary for the build machine, static.
+/// `cargo xtask test` runs the same command in the background (`test::Prebuild`), so the
+/// deploys of its tests find the binaries built.
+pub fn binaries_build() -> Result<Command> {
+    let triple = Platform::host()?.triple();
     // With an explicit --target, RUSTFLAGS reach only the target's code, not
     // build scripts or proc-macros (which must stay dynamic).
     // Every image binary in one build: their dependencies are compiled once,
@@ -264,8 +273,7 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
     for package in known() {
         cargo.args(["-p", package]);
     }
-    cmd::run(&mut cargo)?;
-    checked_static(paths::target_dir().join(triple).join("release").join(name))
+    Ok(cargo)
 }
 
 /// Cross-compiles the static release binary `name` (that package alone) for
@@ -273,8 +281,19 @@ pub fn build_binary(name: &str) -> Result<PathBuf> {
 /// cross C compiler and libc when missing.
 pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
     let triple = platform.triple();
-    let (linker, packages) = platform.cross_toolchain();
-    // The workspace's build needs and the cross toolchain, in one `apt-get install`.
+    ensure_cross_toolchain(platform)?;
+    say!(
+        "image: building {name} (release, static, {triple}, with {})",
+        platform.cross_toolchain().0
+    );
+    cmd::run(&mut cross_binary_build(name, platform))?;
+    checked_static(paths::target_dir().join(triple).join("release").join(name))
+}
+
+/// What cross-compiling for `platform` needs: the workspace's build needs and Debian's
+/// cross C compiler and libc (one `apt-get install`), and the Rust target.
+pub fn ensure_cross_toolchain(platform: Platform) -> Result<()> {
+    let (_, packages) = platform.cross_toolchain();
     xtask::support::machine_packages::ensure_debian(
         &[
             xtask::support::machine_packages::BUILD.as_slice(),
@@ -282,8 +301,13 @@ pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
         ]
         .concat(),
     )?;
-    ensure_rust_target(triple)?;
-    say!("image: building {name} (release, static, {triple}, with {linker})");
+    ensure_rust_target(platform.triple())
+}
+
+/// The `cargo build` of [`build_cross_binary`], once [`ensure_cross_toolchain`] holds.
+pub fn cross_binary_build(name: &str, platform: Platform) -> Command {
+    let triple = platform.triple();
+    let (linker, _) = platform.cross_toolchain();
     let upper = triple.to_uppercase().replace('-', "_");
     let lower = triple.replace('-', "_");
     let mut cargo = cmd::cargo();
@@ -293,8 +317,7 @@ pub fn build_cross_binary(name: &str, platform: Platform) -> Result<PathBuf> {
         .env(format!("CC_{lower}"), linker)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .args(["build", "--release", "--target", triple, "-p", name]);
-    cmd::run(&mut cargo)?;
-    checked_static(paths::target_dir().join(triple).join("release").join(name))
+    cargo
 }
 
 /// `rustup target add <triple>` unless it is installed.
