@@ -69,42 +69,46 @@ fn assert_runs_as(pod: &Pod, uid: u32) -> Result<()> {
 }
 
 /// The operator's pods run on the real node, started and ready, as 65532 on
-/// a read-only root filesystem.
+/// a read-only root filesystem. Ready is waited for (up to [`ROLLOUT`]): the rollout that
+/// `deploy` waited for has been seen done while the pod's status, listed right after,
+/// still said not ready (its container started a second before).
 async fn assert_operator_runs(client: &kube::Client, deployed: &Deployed) -> Result<Vec<Pod>> {
-    let pods = pods(
-        client,
-        &deployed.namespace(),
-        &format!("app.kubernetes.io/name={}", deployed.operator),
+    let selector = format!("app.kubernetes.io/name={}", deployed.operator);
+    let namespace = deployed.namespace();
+    let pods = poll(
+        &format!("{}'s pods running and ready", deployed.operator),
+        ROLLOUT,
+        || async {
+            let pods = pods(client, &namespace, &selector).await?;
+            ensure!(!pods.is_empty(), "no pod of {}", deployed.operator);
+            for pod in &pods {
+                let container = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|c| c.first())
+                    .context("no container status")?;
+                let running = container
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.running.as_ref())
+                    .is_some();
+                ensure!(
+                    container.ready && running,
+                    "{} is not ready and running: {container:?}",
+                    deployed.operator
+                );
+            }
+            Ok(Some(pods))
+        },
     )
     .await?;
-    ensure!(!pods.is_empty(), "no pod of {}", deployed.operator);
     for pod in &pods {
         ensure!(
             pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(REAL_NODE),
             "{} runs on {:?}",
             deployed.operator,
             pod.spec.as_ref().and_then(|s| s.node_name.clone())
-        );
-        let status = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref());
-        let container = status
-            .and_then(|c| c.first())
-            .context("no container status")?;
-        ensure!(
-            container.ready,
-            "{} is not ready: {container:?}",
-            deployed.operator
-        );
-        ensure!(
-            container
-                .state
-                .as_ref()
-                .and_then(|s| s.running.as_ref())
-                .is_some(),
-            "{} is not running: {container:?}",
-            deployed.operator
         );
         assert_runs_as(pod, 65532)?;
     }
