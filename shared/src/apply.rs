@@ -52,19 +52,6 @@ pub fn is_controlled_by<C: Resource>(child: &C, owner_uid: &str) -> bool {
         .any(|r| r.controller == Some(true) && r.uid == owner_uid)
 }
 
-/// The UID of `child`'s controller (its owner reference with `controller: true`), if any:
-/// the key to index children by their owner.
-#[must_use]
-pub fn controller_uid<C: Resource>(child: &C) -> Option<String> {
-    child
-        .meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.clone())
-}
-
 /// Whether every field set in `desired` has the same value in `actual`.
 ///
 /// Objects: each key of `desired` must be in `actual` with a matching value (extra keys in

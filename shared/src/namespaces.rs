@@ -238,8 +238,8 @@ impl Scope {
     }
 
     /// The operator's primary kind `P`: the scope's caches of any other kind
-    /// ([`Scope::reflect`], [`Scope::reflect_into`]) keep only objects whose controller
-    /// owner reference is of kind `P` (the operator's children): an object anyone labelled
+    /// ([`Scope::reflect`]) keep only objects whose controller owner reference is of kind
+    /// `P` (the operator's children): an object anyone labelled
     /// as the operator's, but that it does not control, is dropped as it is read, and one
     /// that loses its controller leaves the cache. The cache of `P` itself keeps no
     /// labels, annotations or owner references (no reconcile reads them).
@@ -366,25 +366,6 @@ impl Scope {
     {
         let (store, writer) = reflector::store::<K>();
         (store, self.reflect_with(wc, Some(writer), true, |_| {}))
-    }
-
-    /// Like [`Scope::reflect`], into `stores`: registers this scope's store there and
-    /// keeps the index of [`ScopedStores::indexed`] in step with it, event by event.
-    pub fn reflect_into<K>(
-        &self,
-        wc: watcher::Config,
-        stores: &Arc<ScopedStores<K>>,
-    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-    where
-        K: Watched,
-    {
-        let (index, scope) = (Arc::clone(stores), self.namespace.clone());
-        let (store, writer) = reflector::store::<K>();
-        let stream = self.reflect_with(wc, Some(writer), true, move |event| {
-            index.apply(&scope, event);
-        });
-        stores.insert(self, store);
-        stream
     }
 
     /// Watches `K` in this scope into `index` alone, with no store: the index keeps what it

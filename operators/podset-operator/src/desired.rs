@@ -3,6 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::{
+    OPERATOR,
+    api::{DEFAULT_IMAGE, PodSet},
+    pods::{OurPod, Phase},
+};
 use k8s_openapi::{
     api::core::v1::{Container, Pod, PodSpec},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
@@ -10,12 +15,6 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use shared::pod_security::{
     restricted_container_security_context, restricted_pod_security_context,
-};
-use shared::slim::SlimPod;
-
-use crate::{
-    OPERATOR,
-    api::{DEFAULT_IMAGE, PodSet},
 };
 
 /// Label carrying the PodSet's name (as in the original operator).
@@ -30,9 +29,14 @@ pub const POD_USER: i64 = 65534;
 /// Labels of every pod of `ps`: `app`, `version` and the `app.kubernetes.io/*` set.
 #[must_use]
 pub fn pod_labels(ps: &PodSet) -> BTreeMap<String, String> {
-    let name = ps.name_any();
-    let mut labels = shared::apply::standard_labels("podset", &name, OPERATOR.name);
-    labels.insert(APP_LABEL.to_owned(), name);
+    pod_labels_named(&ps.name_any())
+}
+
+/// [`pod_labels`] of the PodSet named `name`.
+#[must_use]
+pub fn pod_labels_named(name: &str) -> BTreeMap<String, String> {
+    let mut labels = shared::apply::standard_labels("podset", name, OPERATOR.name);
+    labels.insert(APP_LABEL.to_owned(), name.to_owned());
     labels.insert(VERSION_LABEL.to_owned(), VERSION.to_owned());
     labels
 }
@@ -90,12 +94,12 @@ pub fn desired_pod(ps: &PodSet, owner: OwnerReference, default_image: &str) -> P
 
 /// Whether a pod counts as one of the replicas: not terminating, phase Pending or Running.
 #[must_use]
-pub fn is_active(pod: &SlimPod) -> bool {
-    pod.deletion_timestamp().is_none() && matches!(pod.phase(), None | Some("Pending" | "Running"))
+pub fn is_active(pod: &OurPod) -> bool {
+    !pod.facts.terminating && matches!(pod.facts.phase, Phase::Pending | Phase::Running)
 }
 
-fn is_pending(pod: &SlimPod) -> bool {
-    matches!(pod.phase(), None | Some("Pending"))
+fn is_pending(pod: &OurPod) -> bool {
+    pod.facts.phase == Phase::Pending
 }
 
 /// What to do to reach `spec.replicas`.
@@ -110,7 +114,7 @@ pub struct Plan {
 /// Decides creates/deletes from the active pods `ps` controls. Scale-down deletes Pending
 /// pods before Running ones, then the newest first (the oldest have proven themselves).
 #[must_use]
-pub fn plan(ps: &PodSet, active: &[&SlimPod]) -> Plan {
+pub fn plan(ps: &PodSet, active: &[&OurPod]) -> Plan {
     let want = usize::try_from(ps.spec.replicas.max(0)).unwrap_or(0);
     let have = active.len();
     if have < want {
@@ -119,23 +123,19 @@ pub fn plan(ps: &PodSet, active: &[&SlimPod]) -> Plan {
             delete: Vec::new(),
         };
     }
-    let mut victims: Vec<&SlimPod> = active.to_vec();
+    let mut victims: Vec<&OurPod> = active.to_vec();
     victims.sort_by(|a, b| {
         is_pending(b)
             .cmp(&is_pending(a))
-            .then_with(|| {
-                b.metadata
-                    .creation_timestamp
-                    .cmp(&a.metadata.creation_timestamp)
-            })
-            .then_with(|| b.name_any().cmp(&a.name_any()))
+            .then_with(|| b.facts.created.cmp(&a.facts.created))
+            .then_with(|| b.name.cmp(&a.name))
     });
     Plan {
         create: 0,
         delete: victims
             .into_iter()
             .take(have - want)
-            .map(ResourceExt::name_any)
+            .map(|p| p.name.clone())
             .collect(),
     }
 }
@@ -144,8 +144,7 @@ pub fn plan(ps: &PodSet, active: &[&SlimPod]) -> Plan {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::fixtures::{pod_created as pod, podset, t};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use crate::fixtures::{pod_created as pod, podset};
     use shared_testing::assert_restricted_pod;
 
     #[test]
@@ -212,7 +211,7 @@ mod tests {
     #[test]
     fn active_pods() {
         let mut gone = pod("x", "Running", true, 1);
-        gone.metadata.deletion_timestamp = Some(Time(t(5)));
+        gone.facts.terminating = true;
         assert!(!is_active(&gone));
         assert!(!is_active(&pod("y", "Succeeded", false, 1)));
         assert!(!is_active(&pod("y", "Failed", false, 1)));

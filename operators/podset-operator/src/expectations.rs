@@ -1,6 +1,6 @@
 //! Creates and deletes in flight, per PodSet (the ReplicaSet controller's "expectations").
 //!
-//! The pod cache lags behind our own writes. Without this bookkeeping a reconcile that runs
+//! The pod index lags behind our own writes. Without this bookkeeping a reconcile that runs
 //! right after creating pods would not see them yet and create more, briefly exceeding
 //! `spec.replicas`. So after creating or deleting pods, a PodSet is not scaled again until
 //! the watch has shown every one of those changes, or until [`Expectations::timeout`]

@@ -2,29 +2,30 @@
 #![allow(clippy::unwrap_used)]
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use shared::slim::SlimPod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use shared_testing::{pod_status, stored};
 
-use crate::api::{PodSet, PodSetSpec};
+use crate::{
+    api::{PodSet, PodSetSpec},
+    pods::OurPod,
+};
 
-/// A pod named `name` in `phase` whose `Ready` condition is `ready`, as the cache holds it.
-pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
-    Pod {
+/// A pod named `name` in `phase` whose `Ready` condition is `ready`, as the index holds it.
+pub(crate) fn pod(name: &str, phase: &str, ready: bool) -> OurPod {
+    OurPod::from_pod(Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
             ..ObjectMeta::default()
         },
         spec: None,
         status: Some(pod_status(phase, ready)),
-    }
-    .into()
+    })
 }
 
 /// [`pod`], created at second `created` of the epoch.
-pub(crate) fn pod_created(name: &str, phase: &str, ready: bool, created: i64) -> SlimPod {
+pub(crate) fn pod_created(name: &str, phase: &str, ready: bool, created: i64) -> OurPod {
     let mut pod = pod(name, phase, ready);
-    pod.metadata.creation_timestamp = Some(Time(t(created)));
+    pod.facts.created = created;
     pod
 }
 

@@ -5,18 +5,17 @@
 //!
 //! [`Strays`]: crate::strays::Strays
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    Api, ResourceExt,
+    Api,
     api::{Patch, PatchParams},
 };
-use shared::{apply::is_controlled_by, slim::SlimPod};
+use shared::apply::is_controlled_by;
 
 use crate::{
     api::PodSet,
     desired,
+    pods::{OurLabels, OurPod},
     reconcile::{Context, Error},
 };
 
@@ -27,13 +26,13 @@ use crate::{
 pub(crate) async fn relabel_strays(
     ps: &PodSet,
     uid: &str,
-    owned: &[Arc<SlimPod>],
+    owned: &[OurPod],
     api: &Api<Pod>,
     ctx: &Context,
-) -> Result<Vec<SlimPod>, Error> {
+) -> Result<Vec<OurPod>, Error> {
     let mut returned = Vec::new();
     for name in ctx.strays.of(uid) {
-        if owned.iter().any(|p| p.name_any() == name) {
+        if owned.iter().any(|p| p.name == name) {
             ctx.strays.handled(uid, &name);
             continue;
         }
@@ -43,7 +42,7 @@ pub(crate) async fn relabel_strays(
         {
             tracing::info!(pod = %name, "relabelling a pod of ours that lost its labels");
             if let Some(pod) = apply_labels(ps, &name, api, ctx.toolkit.operator.name).await? {
-                returned.push(SlimPod::from(pod));
+                returned.push(OurPod::from_pod(pod));
             }
         }
         ctx.strays.handled(uid, &name);
@@ -82,18 +81,17 @@ async fn apply_labels(
 /// whose labels drifted.
 pub(crate) async fn repair_labels(
     ps: &PodSet,
-    active: &[&SlimPod],
+    active: &[&OurPod],
     api: &Api<Pod>,
     manager: &str,
 ) -> Result<(), Error> {
-    let want = desired::pod_labels(ps);
+    let ours = OurLabels::of(ps);
     for pod in active {
-        let labels = pod.labels();
-        if want.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+        if pod.facts.has(ours) {
             continue;
         }
-        tracing::info!(pod = %pod.name_any(), "restoring edited pod labels");
-        apply_labels(ps, &pod.name_any(), api, manager).await?;
+        tracing::info!(pod = %pod.name, "restoring edited pod labels");
+        apply_labels(ps, &pod.name, api, manager).await?;
     }
     Ok(())
 }

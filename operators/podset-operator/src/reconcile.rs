@@ -23,11 +23,9 @@ use kube::{
 };
 use shared::{
     Toolkit,
-    apply::controller_uid,
     children::{self, Children, Problem},
     conditions,
     namespaces::Scope,
-    namespaces::ScopedStores,
     slim::SlimPod,
 };
 
@@ -35,7 +33,9 @@ use crate::{
     api::PodSet,
     desired,
     expectations::{Cached, Expectations},
-    labels, status,
+    labels,
+    pods::{self, OurPod, Pods},
+    status,
     strays::Strays,
 };
 
@@ -68,8 +68,9 @@ impl shared::ReconcileError for Error {
 pub struct Context {
     /// Client, events, metrics.
     pub toolkit: Toolkit,
-    /// The pod caches, one per watched scope (only what reconciles read: [`SlimPod`]).
-    pub pods: Arc<ScopedStores<SlimPod>>,
+    /// What is kept of the pods, by the UID of their PodSet, for every watched scope
+    /// ([`pods`]).
+    pub pods: Arc<Pods>,
     /// Pod creates/deletes in flight.
     pub expectations: Arc<Expectations>,
     /// Pods of ours that left the label-selected watch without being deleted.
@@ -84,8 +85,8 @@ impl Context {
     pub fn new(toolkit: Toolkit, default_image: Option<String>) -> Self {
         Self {
             toolkit,
-            // Indexed by the controller's UID: a reconcile reads its own pods only.
-            pods: Arc::new(ScopedStores::indexed(controller_uid)),
+            // By the controller's UID: a reconcile reads its own pods only.
+            pods: Arc::new(pods::index()),
             expectations: Arc::new(Expectations::default()),
             strays: Arc::new(Strays::default()),
             default_image: default_image
@@ -104,7 +105,7 @@ impl shared::Pacing<PodSet> for Context {
         let (Some(ns), Some(uid)) = (shared::awaiting_ready(ps), ps.uid()) else {
             return shared::Progress::Settled;
         };
-        let owned = self.pods.by_key(&ns, &uid);
+        let owned = OurPod::of_podset(&self.pods, &ns, &uid);
         let done = status::is_ready(ps, &active_pods(&owned, &[]), false)
             && self
                 .expectations
@@ -139,7 +140,7 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
     });
     let selector = format!("{MANAGED_BY}={}", ctx.toolkit.operator.name);
     let pod_events =
-        scope.reflect_into::<SlimPod>(watcher::Config::default().labels(&selector), &ctx.pods);
+        scope.reflect_index::<SlimPod, _>(watcher::Config::default().labels(&selector), &ctx.pods);
     let (expectations, strays, pods, store) = (
         ctx.expectations.clone(),
         ctx.strays.clone(),
@@ -155,18 +156,16 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
         {
             let terminating = pod.deletion_timestamp().is_some();
             expectations.observe(&owner.uid, &pod.name_any(), terminating);
-            // The reflector has applied the event: a pod missing from the store that is
-            // not being deleted stopped matching the selector. Only a pod of a PodSet
-            // the cache holds is remembered: anyone can label a pod as ours and point
-            // its owner reference anywhere, and a stray of nothing we reconcile would
-            // never be forgotten.
+            // The index has applied the event: a pod missing from it that is not being
+            // deleted stopped matching the selector. Only a pod of a PodSet the cache
+            // holds is remembered: anyone can label a pod as ours and point its owner
+            // reference anywhere, and a stray of nothing we reconcile would never be
+            // forgotten.
             if !terminating
-                && pods
-                    .find(
-                        pod.namespace().as_deref().unwrap_or_default(),
-                        &pod.name_any(),
-                    )
-                    .is_none()
+                && !pods.contains(
+                    pod.namespace().as_deref().unwrap_or_default(),
+                    &pod.name_any(),
+                )
                 && owns_podset(&store, pod.namespace().as_deref(), owner)
             {
                 strays.add(&owner.uid, &pod.name_any());
@@ -220,7 +219,7 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(Action::await_change());
     }
     let pod_api: Api<Pod> = Api::namespaced(ctx.toolkit.client.clone(), &ns);
-    let owned = ctx.pods.by_key(&ns, &uid);
+    let owned = OurPod::of_podset(&ctx.pods, &ns, &uid);
     // Ours, but unlabelled: relabelled (back in the watch) and counted as they are.
     let returned = labels::relabel_strays(&ps, &uid, &owned, &pod_api, &ctx).await?;
     let active = active_pods(&owned, &returned);
@@ -259,21 +258,21 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Err
     Ok(Action::await_change())
 }
 
-/// Whether pod `name` is in the cache of the PodSet's pods (`owned`), and terminating.
-fn cached_state(owned: &[Arc<SlimPod>], name: &str) -> Cached {
-    match owned.iter().find(|p| p.name_any() == name) {
+/// Whether pod `name` is among the PodSet's pods the index holds (`owned`), and
+/// terminating.
+fn cached_state(owned: &[OurPod], name: &str) -> Cached {
+    match owned.iter().find(|p| p.name == name) {
         None => Cached::Absent,
-        Some(p) if p.metadata.deletion_timestamp.is_some() => Cached::Terminating,
+        Some(p) if p.facts.terminating => Cached::Terminating,
         Some(_) => Cached::Present,
     }
 }
 
-/// The pods that count: the cached pods of the PodSet (`owned`) and the strays just
+/// The pods that count: the PodSet's pods the index holds (`owned`) and the strays just
 /// relabelled (`returned`), those neither finished nor terminating ([`desired::is_active`]).
-fn active_pods<'a>(owned: &'a [Arc<SlimPod>], returned: &'a [SlimPod]) -> Vec<&'a SlimPod> {
+fn active_pods<'a>(owned: &'a [OurPod], returned: &'a [OurPod]) -> Vec<&'a OurPod> {
     owned
         .iter()
-        .map(AsRef::as_ref)
         .chain(returned.iter())
         .filter(|p| desired::is_active(p))
         .collect()
@@ -300,9 +299,12 @@ async fn create_missing(
     let count = count.min(MAX_CREATES_PER_RECONCILE);
     tracing::info!(create = count, "scaling up");
     let pod = desired::desired_pod(ps, children.owner(), &ctx.default_image);
-    let cached = |n: &str| match ctx.pods.find(ns, n) {
-        None => Cached::Absent,
-        Some(_) => Cached::Present,
+    let cached = |n: &str| {
+        if ctx.pods.contains(ns, n) {
+            Cached::Present
+        } else {
+            Cached::Absent
+        }
     };
     children
         .create(&pod, count, |created: Pod| {
@@ -322,7 +324,7 @@ async fn create_missing(
 async fn delete_extra(
     uid: &str,
     names: &[String],
-    active: &[&SlimPod],
+    active: &[&OurPod],
     api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<(), Error> {
@@ -332,8 +334,8 @@ async fn delete_extra(
         let same_pod = Preconditions {
             uid: active
                 .iter()
-                .find(|p| p.name_any() == *name)
-                .and_then(|p| p.uid()),
+                .find(|p| p.name == *name)
+                .and_then(|p| p.facts.uid.as_deref().map(str::to_owned)),
             resource_version: None,
         };
         // Gone, or another pod now holds the name: ours is gone either way.
@@ -349,7 +351,7 @@ async fn delete_extra(
 /// and announces the transitions ([`status::ANNOUNCED`]).
 async fn update_status(
     ps: &PodSet,
-    active: &[&SlimPod],
+    active: &[&OurPod],
     writes_pending: bool,
     create_error: Option<&str>,
     ctx: &Context,

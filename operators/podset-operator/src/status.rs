@@ -2,16 +2,15 @@
 //! its conditions are announced with events. Pure; unit-tested below.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::ResourceExt;
 use shared::{
     conditions::{Conditions, HasConditions},
     events::Announce,
-    slim::SlimPod,
 };
 
 use crate::{
     api::{PodSet, PodSetStatus},
     desired::selector,
+    pods::OurPod,
 };
 
 /// `Degraded=True` reason: pods cannot be created.
@@ -36,7 +35,7 @@ impl HasConditions for PodSetStatus {
 #[must_use]
 pub fn status(
     ps: &PodSet,
-    active: &[&SlimPod],
+    active: &[&OurPod],
     writes_pending: bool,
     create_error: Option<&str>,
     now: jiff::Timestamp,
@@ -44,8 +43,8 @@ pub fn status(
     let generation = ps.metadata.generation;
     let want = ps.spec.replicas.max(0);
     let replicas = i32::try_from(active.len()).unwrap_or(i32::MAX);
-    let ready = i32::try_from(active.iter().filter(|p| p.ready()).count()).unwrap_or(i32::MAX);
-    let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
+    let ready = i32::try_from(active.iter().filter(|p| p.facts.ready).count()).unwrap_or(i32::MAX);
+    let mut pod_names: Vec<String> = active.iter().map(|p| p.name.clone()).collect();
     pod_names.sort();
 
     let old = ps.status.as_ref().map(HasConditions::conditions);
@@ -103,9 +102,9 @@ pub fn status(
 /// Whether [`status`] says `Ready` for `active` pods of `ps`: `spec.replicas` of them, all
 /// ready, and no create or delete in flight (`writes_pending`).
 #[must_use]
-pub fn is_ready(ps: &PodSet, active: &[&SlimPod], writes_pending: bool) -> bool {
+pub fn is_ready(ps: &PodSet, active: &[&OurPod], writes_pending: bool) -> bool {
     let want = usize::try_from(ps.spec.replicas.max(0)).unwrap_or(0);
-    !writes_pending && active.len() == want && active.iter().all(|p| p.ready())
+    !writes_pending && active.len() == want && active.iter().all(|p| p.facts.ready)
 }
 
 #[cfg(test)]
@@ -124,7 +123,7 @@ mod tests {
             pod("b", "Pending", false),
             pod("c", "Running", true),
         );
-        let cases: [(i32, Vec<&SlimPod>, bool); 6] = [
+        let cases: [(i32, Vec<&OurPod>, bool); 6] = [
             (2, vec![&a, &c], false),
             (2, vec![&a, &b], false),
             (2, vec![&a, &c], true),

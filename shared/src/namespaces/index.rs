@@ -18,8 +18,7 @@ type Entry<K, V> = dyn Fn(&K) -> Option<(String, V)> + Send + Sync;
 ///
 /// Where a reconcile reads a few facts of many objects (the pods of its Deployment:
 /// names, readiness), the index holds only those facts, a name and a small value, instead
-/// of a cached object: about 150 bytes a pod instead of a kilobyte. It is also the index
-/// of [`super::ScopedStores::indexed`] (with `V = ()`).
+/// of a cached object: about 150 bytes a pod instead of a kilobyte.
 pub struct ScopedIndex<K, V> {
     entry: Box<Entry<K, V>>,
     scopes: RwLock<HashMap<Option<String>, ScopeEntries<V>>>,
@@ -115,6 +114,13 @@ impl<V> Entries<V> {
         }
     }
 
+    /// Whether an entry is kept for the object `name` in `namespace`.
+    fn contains(&self, namespace: &str, name: &str) -> bool {
+        self.namespaces
+            .get(namespace)
+            .is_some_and(|entries| entries.key_of.contains_key(name))
+    }
+
     /// The names and values under `key` in `namespace`, by name.
     fn get(&self, namespace: &str, key: &str) -> Vec<(String, V)>
     where
@@ -190,6 +196,19 @@ impl<K: Resource<DynamicType = ()>, V: Clone> ScopedIndex<K, V> {
             .map(|s| s.live.get(namespace, key))
             .unwrap_or_default()
     }
+
+    /// Whether the object `name` in `namespace` has an entry (its watch has shown it, and
+    /// `entry` kept something of it), in the scope watching that namespace.
+    #[must_use]
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        let Ok(scopes) = self.scopes.read() else {
+            return false;
+        };
+        scopes
+            .get(&Some(namespace.to_owned()))
+            .or_else(|| scopes.get(&None))
+            .is_some_and(|s| s.live.contains(namespace, name))
+    }
 }
 
 #[cfg(test)]
@@ -242,8 +261,11 @@ mod tests {
         deliver(watcher::Event::Apply(pod("a", "x1", "skip", true)));
         assert!(got("a", "y").is_empty());
         // Deleted: gone.
+        assert!(index.contains("a", "x2") && !index.contains("b", "x2"));
         deliver(watcher::Event::Delete(pod("a", "x2", "x", true)));
         assert!(got("a", "x").is_empty());
+        assert!(!index.contains("a", "x2"), "gone once deleted");
+        assert!(!index.contains("a", "x1"), "nothing kept of it: not found");
         deliver(watcher::Event::Apply(pod("a", "x3", "x", false)));
         // A relist (the watch fell behind): the old entries stay found until the relist
         // is complete, then the relist's replace them (x3 and b's x9 are gone).

@@ -1,37 +1,25 @@
-//! [`ScopedStores`]: the caches of one child kind, one per [`Scope`], optionally indexed
-//! by a key of each object.
+//! [`ScopedStores`]: the caches of one child kind, one per [`Scope`].
 
 use std::{fmt, sync::Arc};
 
 use kube::{
     Resource,
-    runtime::{
-        reflector::{ObjectRef, Store},
-        watcher,
-    },
+    runtime::reflector::{ObjectRef, Store},
 };
 
-use super::{Scope, ScopedIndex};
+use super::Scope;
 
 /// Stores of one child kind, one per [`Scope`], so a reconcile finds the cache that holds
-/// its object's namespace; optionally indexed by a key of each object (a label, an owner's
-/// UID), so a reconcile finds its own objects without scanning the namespace's whole cache.
+/// its object's namespace. (Where a reconcile reads a few facts of many objects of its
+/// own, such as its pods, a [`super::ScopedIndex`] keeps those facts instead.)
 pub struct ScopedStores<K: Resource<DynamicType = ()> + 'static> {
     stores: std::sync::RwLock<Vec<(Option<String>, Store<K>)>>,
-    index: Option<KeyIndex<K>>,
-}
-
-/// The index of [`ScopedStores::indexed`]: each object's name under its key.
-struct KeyIndex<K> {
-    key: fn(&K) -> Option<String>,
-    names: ScopedIndex<K, ()>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> fmt::Debug for ScopedStores<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScopedStores")
             .field("kind", &K::kind(&()))
-            .field("indexed", &self.index.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -40,54 +28,16 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for ScopedStores<K
     fn default() -> Self {
         Self {
             stores: std::sync::RwLock::new(Vec::new()),
-            index: None,
         }
     }
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> ScopedStores<K> {
-    /// Stores indexed by `key` (see [`ScopedStores::by_key`]). Fill them with
-    /// [`Scope::reflect_into`], which keeps the index in step with each store.
-    #[must_use]
-    pub fn indexed(key: fn(&K) -> Option<String>) -> Self {
-        Self {
-            stores: std::sync::RwLock::new(Vec::new()),
-            index: Some(KeyIndex {
-                key,
-                names: ScopedIndex::new(move |obj: &K| key(obj).map(|k| (k, ()))),
-            }),
-        }
-    }
-
     /// Registers the store of `scope`.
     pub fn insert(&self, scope: &Scope, store: Store<K>) {
         if let Ok(mut stores) = self.stores.write() {
             stores.push((scope.namespace().map(str::to_owned), store));
         }
-    }
-
-    /// Applies a watch event of `scope`'s store to the index, after the reflector applied
-    /// it to the store.
-    pub(super) fn apply(&self, scope: &Option<String>, event: &watcher::Event<K>) {
-        let Some(index) = &self.index else {
-            return;
-        };
-        index.names.apply(scope, event);
-    }
-
-    /// The cached objects in `namespace` whose key is `key` (none when not indexed).
-    #[must_use]
-    pub fn by_key(&self, namespace: &str, key: &str) -> Vec<Arc<K>> {
-        let Some(index) = &self.index else {
-            return Vec::new();
-        };
-        index
-            .names
-            .get(namespace, key)
-            .iter()
-            .filter_map(|(name, ())| self.find(namespace, name))
-            .filter(|obj| (index.key)(obj).as_deref() == Some(key))
-            .collect()
     }
 
     /// The object `name` in `namespace`, from the store of the scope holding it.
@@ -149,7 +99,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
-    use kube::{Client, ResourceExt, runtime::reflector};
+    use kube::{
+        Client, ResourceExt,
+        runtime::{reflector, watcher},
+    };
 
     #[tokio::test]
     async fn find_looks_in_the_store_of_the_namespace() {
@@ -182,68 +135,5 @@ mod tests {
             Some("b")
         );
         assert!(stores.find("c", "x").is_none());
-    }
-
-    #[tokio::test]
-    async fn the_index_finds_objects_by_key_as_the_watch_changes_them() {
-        let pod = |name: &str, app: &str| {
-            let mut p = Pod::default();
-            p.metadata.namespace = Some("a".into());
-            p.metadata.name = Some(name.into());
-            p.metadata.labels = Some([("app".to_owned(), app.to_owned())].into());
-            p
-        };
-        let client = || {
-            let service = tower::service_fn(|_: axum::http::Request<kube::client::Body>| async {
-                Err::<axum::http::Response<kube::client::Body>, _>(std::io::Error::other("offline"))
-            });
-            Client::new(service, "default")
-        };
-        let stores = ScopedStores::<Pod>::indexed(|p: &Pod| p.labels().get("app").cloned());
-        let (store, mut writer) = reflector::store::<Pod>();
-        stores.insert(&Scope::new(client(), None), store);
-        let mut deliver = |event: watcher::Event<Pod>| {
-            writer.apply_watcher_event(&event);
-            stores.apply(&None, &event);
-        };
-        let names = |key: &str| {
-            let mut n: Vec<String> = stores
-                .by_key("a", key)
-                .iter()
-                .map(|p| p.name_any())
-                .collect();
-            n.sort();
-            n
-        };
-        // The first list: nothing is found until it is complete, then all of it.
-        deliver(watcher::Event::Init);
-        deliver(watcher::Event::InitApply(pod("x1", "x")));
-        deliver(watcher::Event::InitApply(pod("x2", "x")));
-        assert!(names("x").is_empty());
-        deliver(watcher::Event::InitApply(pod("y1", "y")));
-        deliver(watcher::Event::InitDone);
-        assert_eq!(names("x"), ["x1", "x2"]);
-        assert_eq!(names("y"), ["y1"]);
-        assert!(stores.by_key("b", "x").is_empty());
-        // Deleted: gone from the index.
-        deliver(watcher::Event::Delete(pod("x1", "x")));
-        assert_eq!(names("x"), ["x2"]);
-        // Relabelled: found under its new key only.
-        deliver(watcher::Event::Apply(pod("x2", "y")));
-        assert!(names("x").is_empty());
-        assert_eq!(names("y"), ["x2", "y1"]);
-        deliver(watcher::Event::Apply(pod("x3", "x")));
-        // A relist (the watch fell behind): what the store shows stays found until the
-        // relist is complete, then the relist's objects replace it (y1 and x3 are gone).
-        deliver(watcher::Event::Init);
-        deliver(watcher::Event::InitApply(pod("x2", "y")));
-        deliver(watcher::Event::InitApply(pod("x4", "x")));
-        assert_eq!(names("x"), ["x3"]);
-        assert_eq!(names("y"), ["x2", "y1"]);
-        deliver(watcher::Event::InitDone);
-        assert_eq!(names("x"), ["x4"]);
-        assert_eq!(names("y"), ["x2"]);
-        // Not indexed: nothing by key.
-        assert!(ScopedStores::<Pod>::default().by_key("a", "y").is_empty());
     }
 }
