@@ -61,6 +61,10 @@ impl<V> Default for Entries<V> {
     }
 }
 
+/// Up to this many objects under one key, its list grows one entry at a time; beyond, as
+/// a `Vec` does (doubling).
+const MIN_GROWTH: usize = 4;
+
 /// [`Entries`] of one namespace.
 struct NamespaceEntries<V> {
     /// Names and values by key.
@@ -89,11 +93,13 @@ impl<V> Entries<V> {
             None => self.namespaces.entry(namespace.into()).or_default(),
         };
         let key: Box<str> = key.into();
-        entries
-            .by_key
-            .entry(key.clone())
-            .or_default()
-            .push((name.into(), value));
+        let list = entries.by_key.entry(key.clone()).or_default();
+        if list.len() == list.capacity() && list.len() < MIN_GROWTH {
+            // A key holds one to a few objects (a PodSet x 1 one pod): room for exactly
+            // what it holds, not the four entries a `Vec`'s first push makes room for.
+            list.reserve_exact(1);
+        }
+        list.push((name.into(), value));
         entries.key_of.insert(name.into(), key);
     }
 
@@ -275,6 +281,23 @@ mod tests {
         deliver(watcher::Event::InitDone);
         assert_eq!(got("a", "x"), kept(&[("x4", true)]));
         assert!(got("b", "x").is_empty());
+    }
+
+    #[test]
+    fn a_key_of_few_objects_has_room_for_them_only() {
+        let index =
+            ScopedIndex::<Pod, u64>::new(|p: &Pod| Some((p.labels().get("app")?.clone(), 7)));
+        let all = None;
+        for (i, name) in ["x1", "x2", "x3", "x4", "x5"].into_iter().enumerate() {
+            index.apply(&all, &watcher::Event::Apply(pod("a", name, "x", true)));
+            let scopes = index.scopes.read().unwrap();
+            let list = &scopes[&all].live.namespaces["a"].by_key["x"];
+            assert_eq!(list.len(), i + 1);
+            if list.len() <= MIN_GROWTH {
+                assert_eq!(list.capacity(), list.len(), "exactly the room it needs");
+            }
+        }
+        assert_eq!(index.get("a", "x").len(), 5);
     }
 
     #[test]
