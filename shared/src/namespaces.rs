@@ -239,10 +239,10 @@ impl Scope {
 
     /// The operator's primary kind `P`: the scope's caches of any other kind
     /// ([`Scope::reflect`]) keep only objects whose controller owner reference is of kind
-    /// `P` (the operator's children): an object anyone labelled
-    /// as the operator's, but that it does not control, is dropped as it is read, and one
-    /// that loses its controller leaves the cache. The cache of `P` itself keeps no
-    /// labels, annotations or owner references (no reconcile reads them).
+    /// `P` (the operator's children): an object anyone labelled as the operator's, but
+    /// that it does not control, is dropped as it is read, and one that loses its
+    /// controller leaves the cache. The cache of `P` itself keeps no labels, annotations or
+    /// owner references (no reconcile reads them).
     #[must_use]
     pub(crate) fn with_owner<P: Resource<DynamicType = ()>>(mut self) -> Self {
         self.owner = Some((P::api_version(&()).into_owned(), P::kind(&()).into_owned()));

@@ -2,10 +2,10 @@
 //!
 //! Data flow: a PodSet or one of its pods changes -> [`reconcile::reconcile`] reads what
 //! the [`pods`] index keeps of the pods it controls (and puts our [`labels`] back on those
-//! that lost them) -> [`desired::plan`] decides what to create or delete (pure) -> pods are created/deleted
-//! (tracked by [`expectations`] until the watch sees them) -> [`status::status`]
-//! summarises the pods -> the status subresource is patched if it changed, with an event
-//! per announced transition ([`status::ANNOUNCED`]).
+//! that lost them) -> [`desired::plan`] decides what to create or delete (pure) -> pods
+//! are created/deleted (tracked by [`expectations`] until the watch sees them) ->
+//! [`status::status`] summarises the pods -> the status subresource is patched if it
+//! changed, with an event per announced transition ([`status::ANNOUNCED`]).
 
 pub mod api;
 pub mod desired;

@@ -12,7 +12,7 @@ use std::{
     sync::LazyLock,
 };
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use kube::{Resource, ResourceExt};
 use shared::{namespaces::ScopedIndex, slim::SlimPod};
 
@@ -34,8 +34,13 @@ fn podset_uid(pod: &SlimPod) -> Option<String> {
         .owner_references()
         .iter()
         .find(|r| r.controller == Some(true))?;
-    (owner.kind == PodSet::kind(&()) && owner.api_version == PodSet::api_version(&()))
-        .then(|| owner.uid.clone())
+    is_podset(owner).then(|| owner.uid.clone())
+}
+
+/// Whether `owner` names a PodSet (of this API group and version), whatever its UID.
+#[must_use]
+pub fn is_podset(owner: &OwnerReference) -> bool {
+    owner.kind == PodSet::kind(&()) && owner.api_version == PodSet::api_version(&())
 }
 
 /// Where a pod is in its life, as far as counting it goes.
@@ -171,7 +176,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fixtures::podset;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use shared_testing::pod_status;
 
     fn pod(labels: &[(&str, &str)], phase: Option<&str>) -> SlimPod {

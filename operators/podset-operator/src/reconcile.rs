@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Instant};
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     api::Preconditions,
     runtime::{
         Controller,
@@ -178,7 +178,7 @@ pub fn controller(scope: &Scope, ctx: &Context) -> Controller<PodSet> {
 /// Whether `owner` (a pod's controller reference in namespace `ns`) is a PodSet the cache
 /// holds, with that very UID.
 fn owns_podset(store: &Store<PodSet>, ns: Option<&str>, owner: &OwnerReference) -> bool {
-    if owner.kind != "PodSet" || owner.api_version != PodSet::api_version(&()) {
+    if !pods::is_podset(owner) {
         return false;
     }
     let Some(ns) = ns else { return false };
@@ -367,7 +367,7 @@ async fn update_status(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use kube::runtime::reflector;
+    use kube::{Resource, runtime::reflector};
 
     fn podset(uid: &str) -> PodSet {
         let mut ps = PodSet::new(

@@ -2,10 +2,10 @@
 //! primary cache keeps it (its labels, annotations, owner references and managed fields
 //! dropped, as `shared`'s scope trims a primary) and each of its pods as the pod index
 //! keeps it (its name and `PodFacts`), measured with a counting allocator on the JSON the
-//! API server sends. These are the
-//! floor of the memory per object the bench measures (`cargo xtask bench operator`,
-//! docs/performance.md "How the cost grows with N"); the bounds catch a field that starts
-//! being kept by mistake. One test, so that no other test allocates while it measures.
+//! API server sends. These are the floor of the memory per object the bench measures
+//! (`cargo xtask bench operator`, docs/performance.md "How the cost grows with N"); the
+//! bounds catch a field that starts being kept by mistake. One test, so that no other test
+//! allocates while it measures.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 

@@ -193,13 +193,7 @@ impl<K: Resource<DynamicType = ()>, V: Clone> ScopedIndex<K, V> {
     /// from the scope watching that namespace.
     #[must_use]
     pub fn get(&self, namespace: &str, key: &str) -> Vec<(String, V)> {
-        let Ok(scopes) = self.scopes.read() else {
-            return Vec::new();
-        };
-        scopes
-            .get(&Some(namespace.to_owned()))
-            .or_else(|| scopes.get(&None))
-            .map(|s| s.live.get(namespace, key))
+        self.in_scope_of(namespace, |live| live.get(namespace, key))
             .unwrap_or_default()
     }
 
@@ -207,13 +201,18 @@ impl<K: Resource<DynamicType = ()>, V: Clone> ScopedIndex<K, V> {
     /// `entry` kept something of it), in the scope watching that namespace.
     #[must_use]
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        let Ok(scopes) = self.scopes.read() else {
-            return false;
-        };
+        self.in_scope_of(namespace, |live| live.contains(namespace, name))
+            .unwrap_or_default()
+    }
+
+    /// `read` of the live entries of the scope watching `namespace` (its own, or the one
+    /// of all namespaces); `None` when no scope does.
+    fn in_scope_of<T>(&self, namespace: &str, read: impl FnOnce(&Entries<V>) -> T) -> Option<T> {
+        let scopes = self.scopes.read().ok()?;
         scopes
             .get(&Some(namespace.to_owned()))
             .or_else(|| scopes.get(&None))
-            .is_some_and(|s| s.live.contains(namespace, name))
+            .map(|s| read(&s.live))
     }
 }
 
